@@ -1,0 +1,1 @@
+"""aha: GRPO on verifiable rewards."""

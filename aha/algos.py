@@ -1,0 +1,220 @@
+"""The maths of GRPO and its variants, as pure functions over tensors.
+
+Shape letters: B prompts, G completions per prompt, N = B*G sequences, T completion tokens.
+Every variant is a registry entry; an unknown name raises an error listing the valid ones.
+Nothing here knows about models, configs or I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+ADV_EPS = 1e-4
+"""Added to the std before dividing rewards by it, so a near-constant group cannot blow up."""
+LOG_RATIO_CLAMP = 20.0
+"""|log ratio| cap before `exp`: e^20 ~ 5e8 is already far outside any clip range."""
+
+
+def _registry(kind: str):
+    table: dict[str, Callable] = {}
+
+    def register(name: str):
+        def wrap(fn):
+            table[name] = fn
+            return fn
+        return wrap
+
+    def get(name: str) -> Callable:
+        if name not in table:
+            raise ValueError(f"unknown {kind} '{name}'; valid: {sorted(table)}")
+        return table[name]
+
+    return table, register, get
+
+
+ADVANTAGES, _register_adv, get_advantage = _registry("advantage estimator")
+KL_ESTIMATORS, _register_kl, get_kl = _registry("KL estimator")
+AGGREGATIONS, _register_agg, get_aggregation = _registry("loss aggregation (loss_type)")
+
+
+# ---------------------------------------------------------------- advantages
+def _group_stats(rewards: Tensor, group_size: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Per-group (values [B,G] with NaN->0, valid mask [B,G], count [B,1], mean [B,1]).
+
+    NaN marks a reward that could not be computed: it is left out of its group's statistics.
+    """
+    assert rewards.dim() == 1 and rewards.numel() % group_size == 0, (rewards.shape, group_size)
+    r = rewards.view(-1, group_size)                                  # [B,G]
+    valid = torch.isfinite(r)                                         # [B,G]
+    r = torch.where(valid, r, torch.zeros_like(r))                    # [B,G]
+    count = valid.sum(-1, keepdim=True)                               # [B,1]
+    mean = r.sum(-1, keepdim=True) / count.clamp(min=1)               # [B,1]
+    return r, valid, count, mean
+
+
+def _group_std(r: Tensor, valid: Tensor, count: Tensor, mean: Tensor) -> Tensor:
+    """Unbiased (n-1) std over the valid members of each group, as torch.std and TRL use."""
+    sq = ((r - mean) ** 2 * valid).sum(-1, keepdim=True)              # [B,1]
+    return (sq / (count - 1).clamp(min=1)).sqrt()                     # [B,1]
+
+
+def _finish(adv: Tensor, valid: Tensor, count: Tensor) -> Tensor:
+    """Zero the advantage of excluded rewards and of groups with fewer than two valid rewards."""
+    keep = valid & (count >= 2)                                       # [B,G]
+    return torch.where(keep, adv, torch.zeros_like(adv)).reshape(-1)  # [N]
+
+
+@_register_adv("grpo")
+def grpo_advantages(rewards: Tensor, group_size: int, eps: float = ADV_EPS) -> Tensor:
+    """(r - group mean) / (group std + eps), as in DeepSeekMath."""
+    r, valid, count, mean = _group_stats(rewards, group_size)
+    std = _group_std(r, valid, count, mean)                           # [B,1]
+    return _finish((r - mean) / (std + eps), valid, count)
+
+
+@_register_adv("dr_grpo")
+def dr_grpo_advantages(rewards: Tensor, group_size: int, eps: float = ADV_EPS) -> Tensor:
+    """r - group mean, no std division (Dr. GRPO: the std term biases toward easy/hard prompts)."""
+    r, valid, count, mean = _group_stats(rewards, group_size)
+    return _finish(r - mean, valid, count)
+
+
+@_register_adv("batch")
+def batch_advantages(rewards: Tensor, group_size: int, eps: float = ADV_EPS) -> Tensor:
+    """(r - group mean) / (batch std + eps): REINFORCE++-style normalisation over the whole batch."""
+    r, valid, count, mean = _group_stats(rewards, group_size)
+    centred = (r - mean) * valid                                      # [B,G]
+    n = valid.sum().clamp(min=2)
+    batch_std = ((centred - centred.sum() / n) ** 2 * valid).sum().div(n - 1).sqrt()
+    return _finish(centred / (batch_std + eps), valid, count)
+
+
+@_register_adv("rloo")
+def rloo_advantages(rewards: Tensor, group_size: int, eps: float = ADV_EPS) -> Tensor:
+    """r_i - mean of the other valid rewards of the group (leave-one-out baseline)."""
+    r, valid, count, _ = _group_stats(rewards, group_size)
+    others = (r.sum(-1, keepdim=True) - r) / (count - 1).clamp(min=1)  # [B,G]
+    return _finish(r - others, valid, count)
+
+
+def compute_advantages(name: str, rewards: Tensor, group_size: int,
+                       eps: float = ADV_EPS) -> tuple[Tensor, dict[str, float]]:
+    """Advantages [N] for rewards [N] (NaN = excluded) plus group metrics."""
+    assert rewards.dim() == 1 and rewards.numel() % group_size == 0, (rewards.shape, group_size)
+    adv = get_advantage(name)(rewards, group_size, eps)               # [N]
+    r, valid, count, mean = _group_stats(rewards, group_size)
+    std = _group_std(r, valid, count, mean)                           # [B,1]
+    metrics = {
+        "reward/zero_std_frac": (std.squeeze(-1) == 0).float().mean().item(),
+        "reward/group_std_mean": std.mean().item(),
+    }
+    return adv, metrics
+
+
+# ---------------------------------------------------------------- policy loss
+def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor,
+                epsilon: float = 0.2, epsilon_high: float | None = None,
+                level: str = "token", delta: float | None = None
+                ) -> tuple[Tensor, dict[str, Tensor]]:
+    """PPO clipped surrogate per token, [N,T], and clip indicators for metrics.
+
+    ratio = pi/pi_old per token (level="token"), or the sequence's geometric mean of token ratios
+    broadcast over its tokens (level="sequence", GSPO). Clip range is [1-epsilon, 1+epsilon_high]
+    (clip-higher, DAPO); `delta` additionally caps the unclipped ratio from above (two-sided clip).
+    Example: ratio 1.5, A=+1, eps 0.2 -> loss -min(1.5, 1.2) = -1.2, counted as clipped high.
+    """
+    N, T = logp.shape
+    assert old_logp.shape == (N, T) and mask.shape == (N, T) and advantages.shape == (N,)
+    if level not in ("token", "sequence"):
+        raise ValueError(f"unknown importance_sampling_level '{level}'; valid: ['sequence', 'token']")
+    eps_high = epsilon if epsilon_high is None else epsilon_high
+    mask = mask.to(logp.dtype)
+    log_ratio = logp - old_logp                                       # [N,T]
+    if level == "sequence":  # GSPO: one ratio per sequence, exp(mean token log ratio)
+        log_ratio = ((log_ratio * mask).sum(-1, keepdim=True)
+                     / mask.sum(-1, keepdim=True).clamp(min=1)).expand(N, T)  # [N,T]
+    ratio = torch.exp(log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))  # [N,T]
+    adv = advantages.unsqueeze(-1)                                    # [N,1]
+    clipped = ratio.clamp(1 - epsilon, 1 + eps_high)                  # [N,T]
+    unclipped = ratio.clamp(max=delta) if delta is not None else ratio
+    loss = -torch.min(unclipped * adv, clipped * adv)                 # [N,T]
+    stats = {
+        "clip/low": ((ratio < 1 - epsilon) & (adv < 0)).to(logp.dtype),
+        "clip/high": ((ratio > 1 + eps_high) & (adv > 0)).to(logp.dtype),
+    }
+    return loss, stats
+
+
+# ---------------------------------------------------------------- KL to the reference
+@_register_kl("k1")
+def kl_k1(logp: Tensor, ref_logp: Tensor) -> Tensor:
+    """log(pi/ref): unbiased, high variance, can be negative per token."""
+    return logp - ref_logp
+
+
+@_register_kl("k2")
+def kl_k2(logp: Tensor, ref_logp: Tensor) -> Tensor:
+    """0.5 * log(pi/ref)^2: low variance, biased, always >= 0."""
+    return 0.5 * (logp - ref_logp) ** 2
+
+
+@_register_kl("k3")
+def kl_k3(logp: Tensor, ref_logp: Tensor) -> Tensor:
+    """ref/pi - 1 - log(ref/pi), written expm1(x) - x with x clamped: unbiased and >= 0.
+
+    Example: logp=0, ref_logp=log(0.5) -> x=log 0.5 -> 0.5-1+0.693 = 0.1931.
+    """
+    x = (ref_logp - logp).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    return torch.expm1(x) - x
+
+
+def kl_penalty(name: str, logp: Tensor, ref_logp: Tensor) -> Tensor:
+    """Per-token KL estimate [N,T] between the policy and the reference."""
+    assert logp.shape == ref_logp.shape, (logp.shape, ref_logp.shape)
+    return get_kl(name)(logp, ref_logp)
+
+
+# ---------------------------------------------------------------- aggregation
+# Each rule is "sum of masked token losses in this micro-batch / a denominator fixed for the whole
+# optimizer batch", so micro-batches (gradient accumulation) add up to the full-batch loss exactly.
+@_register_agg("grpo")
+def agg_sequence_mean(loss: Tensor, mask: Tensor, num_sequences: int, num_tokens: int,
+                      max_len: int) -> Tensor:
+    """Token mean within each sequence, then mean over sequences (GRPO paper)."""
+    per_seq = (loss * mask).sum(-1) / mask.sum(-1).clamp(min=1)       # [N]
+    return per_seq.sum() / max(num_sequences, 1)
+
+
+@_register_agg("dapo")
+def agg_token_mean(loss: Tensor, mask: Tensor, num_sequences: int, num_tokens: int,
+                   max_len: int) -> Tensor:
+    """Token mean over the whole batch (DAPO): long sequences weigh in proportion to length."""
+    return (loss * mask).sum() / max(num_tokens, 1)
+
+
+@_register_agg("dr_grpo")
+def agg_fixed_length(loss: Tensor, mask: Tensor, num_sequences: int, num_tokens: int,
+                     max_len: int) -> Tensor:
+    """Token sum / (sequences * a fixed max length) (Dr. GRPO): no length bias."""
+    return (loss * mask).sum() / max(num_sequences * max_len, 1)
+
+
+def aggregate(name: str, loss: Tensor, mask: Tensor, num_sequences: int | None = None,
+              num_tokens: int | None = None, max_len: int | None = None) -> Tensor:
+    """Scalar loss from per-token values [n,T]; totals default to this batch's own."""
+    assert loss.shape == mask.shape and loss.dim() == 2, (loss.shape, mask.shape)
+    mask = mask.to(loss.dtype)
+    return get_aggregation(name)(
+        loss, mask,
+        loss.shape[0] if num_sequences is None else num_sequences,
+        int(mask.sum().item()) if num_tokens is None else num_tokens,
+        loss.shape[1] if max_len is None else max_len)
+
+
+def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
+    """Mean of x over mask (0 when the mask is empty)."""
+    mask = mask.to(x.dtype)
+    return (x * mask).sum() / mask.sum().clamp(min=1)

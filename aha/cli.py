@@ -1,0 +1,119 @@
+"""The `aha` command: `aha STAGE [CONFIG.yaml] [key=value | --key value ...]`."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+
+
+def _normalise(argv: list[str], positional: str | None = None) -> list[str]:
+    """`--key value` and `--key=value` become `key=value`; a bare word fills `positional`."""
+    out, i = [], 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg.startswith("--") and arg not in ("--help", "-h"):
+            key = arg[2:].replace("-", "_")
+            if "=" in key:
+                out.append(key)
+            elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                out.append(f"{key}={argv[i + 1]}")
+                i += 1
+            else:
+                out.append(f"{key}=true")
+        elif positional and "=" not in arg and not arg.endswith((".yaml", ".yml")):
+            out.append(f"{positional}={arg}")
+            positional = None
+        else:
+            out.append(arg)
+        i += 1
+    return out
+
+
+def _config(cls, argv: list[str], positional: str | None = None):
+    from .config import help_text, parse_args
+    if "--help" in argv or "-h" in argv:
+        print(help_text(cls))
+        sys.exit(0)
+    return parse_args(cls, _normalise(argv, positional))
+
+
+def cmd_train(argv):
+    from .stages import run_grpo
+    from .train.config import GRPOConfig
+    return run_grpo(_config(GRPOConfig, argv))
+
+
+def cmd_sft(argv):
+    from .stages import run_sft
+    from .train.config import SFTConfig
+    return run_sft(_config(SFTConfig, argv))
+
+
+def cmd_eval(argv):
+    from .eval import EvalConfig, run_eval
+    return run_eval(_config(EvalConfig, argv, positional="model"))
+
+
+def cmd_sample(argv):
+    from .sample import SampleConfig, run_sample
+    return run_sample(_config(SampleConfig, argv))
+
+
+def cmd_recipe(argv):
+    from .recipe import run_recipe
+    if not argv or argv[0] in ("--help", "-h"):
+        print("usage: aha recipe RECIPE.yaml [key=value ...]   (see examples/recipe_arithmetic.yaml)")
+        sys.exit(0 if argv else 2)
+    return run_recipe(argv[0], argv[1:])
+
+
+def cmd_models(argv):
+    from .zoo import KNOWN_MODELS, get_model
+    if len(argv) == 2 and argv[0] == "get":
+        return {"path": str(get_model(argv[1]))}
+    if argv[:1] == ["list"] or not argv:
+        return {name: info.get("note", "") for name, info in KNOWN_MODELS.items()}
+    print("usage: aha models list | aha models get NAME")
+    sys.exit(2)
+
+
+def cmd_demo(argv):
+    from .demo import DemoConfig, run_demo
+    return run_demo(_config(DemoConfig, argv))
+
+
+COMMANDS = {"train": cmd_train, "sft": cmd_sft, "eval": cmd_eval, "sample": cmd_sample,
+            "recipe": cmd_recipe, "models": cmd_models, "demo": cmd_demo}
+USAGE = """usage: aha COMMAND [CONFIG.yaml] [key=value ...]
+
+commands:
+  demo     the embedded default: tiny model, cold-start SFT, GRPO, before/after table
+  train    GRPO training                 (aha train --help lists every field)
+  sft      supervised fine-tuning        (aha sft --help)
+  eval     accuracy, pass@k, maj@k       (aha eval MODEL --task NAME)
+  sample   rejection sampling to JSONL   (aha sample --help)
+  recipe   multi-stage pipeline          (aha recipe RECIPE.yaml)
+  models   offline model zoo             (aha models get smollm2-135m-instruct)
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .config import ConfigError
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
+        print(USAGE if not argv or argv[0] in ("-h", "--help") else f"unknown command '{argv[0]}'\n\n{USAGE}")
+        return 0 if not argv or argv[0] in ("-h", "--help") else 2
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        result = COMMANDS[argv[0]](argv[1:])
+    except (ConfigError, ValueError, FileNotFoundError, RuntimeError) as e:
+        print(f"aha {argv[0]}: error: {e}", file=sys.stderr)
+        return 2
+    if result is not None:
+        print(json.dumps(result, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""Datasets as lists of row dicts, and prompts as token ids."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+def is_conversational(prompt: Any) -> bool:
+    """A chat prompt is a list of {"role", "content"} messages."""
+    return isinstance(prompt, list) and all(isinstance(m, dict) and "role" in m for m in prompt)
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"dataset file not found: {path}")
+    rows = []
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{i}: not valid JSON ({e.msg})") from None
+    return rows
+
+
+def write_jsonl(rows: list[dict], path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tmp.replace(path)
+    return path
+
+
+def load_rows(dataset, prompt_column: str | None = "prompt", required: tuple[str, ...] = ()) -> list[dict]:
+    """A `datasets.Dataset`, a list of dicts or a JSONL path -> list of dicts.
+
+    With a prompt_column, every row gets a `prompt` key copied from it (None: no prompt needed).
+    """
+    if dataset is None:
+        raise ValueError("no training data: pass train_dataset=... or set `task` or `dataset`")
+    if isinstance(dataset, (str, Path)):
+        rows = read_jsonl(dataset)
+    elif isinstance(dataset, list):
+        rows = dataset
+    elif hasattr(dataset, "column_names") and hasattr(dataset, "__getitem__"):  # datasets.Dataset
+        rows = [dict(r) for r in dataset]
+    else:
+        raise TypeError(f"unsupported dataset type {type(dataset).__name__}: "
+                        "use a datasets.Dataset, a list of dicts or a JSONL path")
+    if len(rows) == 0:
+        raise ValueError("the training dataset is empty")
+    for col in ((prompt_column,) if prompt_column else ()) + tuple(required):
+        if col not in rows[0]:
+            raise ValueError(f"dataset has no '{col}' column; columns: {sorted(rows[0])}")
+    if prompt_column not in (None, "prompt"):
+        rows = [{**r, "prompt": r[prompt_column]} for r in rows]
+    return rows
+
+
+def encode_prompt(tokenizer, prompt) -> list[int]:
+    """Prompt token ids: chat prompts through the model's chat template, strings as they are."""
+    if is_conversational(prompt):
+        text = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+    elif isinstance(prompt, str):
+        text = prompt
+    else:
+        raise TypeError(f"a prompt must be a string or a list of chat messages, got {type(prompt).__name__}")
+    return tokenizer(text, add_special_tokens=False)["input_ids"]

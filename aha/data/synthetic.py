@@ -1,0 +1,87 @@
+"""Synthetic verifiable tasks generated from a seed: the embedded default needs no download.
+
+`arithmetic`: column addition of two numbers, answered as
+`<think>` the column sums from the right, with carries `</think><answer>` the sum `</answer>`.
+Train and test never overlap: a problem's split is fixed by a hash of its text, not by the seed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+
+from .tasks import Task, register_task
+
+SYSTEM = "Think step by step inside <think></think>, then give the answer inside <answer></answer>."
+
+
+def _split_of(question: str, test_percent: int = 10) -> str:
+    h = int(hashlib.sha1(question.encode()).hexdigest()[:8], 16)
+    return "test" if h % 100 < test_percent else "train"
+
+
+def column_addition(a: int, b: int) -> str:
+    """Worked sum, rightmost column first: column_addition(47, 385) -> '7+5=12 4+8+1=13 0+3+1=4'."""
+    da, db = str(a)[::-1], str(b)[::-1]
+    steps, carry = [], 0
+    for i in range(max(len(da), len(db))):
+        x, y = int(da[i]) if i < len(da) else 0, int(db[i]) if i < len(db) else 0
+        s = x + y + carry
+        steps.append(f"{x}+{y}" + (f"+{carry}" if carry else "") + f"={s}")
+        carry = s // 10
+    return " ".join(steps)
+
+
+def addition_row(a: int, b: int) -> dict:
+    question = f"{a}+{b}"
+    solution = f"<think>{column_addition(a, b)}</think><answer>{a + b}</answer>"
+    return {"prompt": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}],
+            "answer": str(a + b), "question": question, "completion": solution}
+
+
+def make_addition(split: str, n: int, seed: int = 0, min_digits: int = 1, max_digits: int = 3) -> list[dict]:
+    """n distinct addition problems of the split; operands have min..max digits."""
+    if split not in ("train", "test"):
+        raise ValueError(f"unknown split '{split}'; valid: ['test', 'train']")
+    rng = random.Random(f"{seed}-{split}")
+    seen: set[str] = set()
+    rows: list[dict] = []
+    space = sum(9 * 10 ** (d - 1) for d in range(min_digits, max_digits + 1)) ** 2
+    if n > space // 20:
+        raise ValueError(f"asked for {n} problems; at most {space // 20} fit in this split")
+
+    def operand() -> int:
+        d = rng.randint(min_digits, max_digits)
+        return rng.randint(10 ** (d - 1) if d > 1 else 0, 10 ** d - 1)
+
+    while len(rows) < n:
+        a, b = operand(), operand()
+        q = f"{a}+{b}"
+        if q not in seen and _split_of(q) == split:
+            seen.add(q)
+            rows.append(addition_row(a, b))
+    return rows
+
+
+def _rewards():
+    from ..rewards import format_reward, math_reward
+    return [math_reward, format_reward]
+
+
+def _correct():
+    from ..rewards import math_reward
+    return math_reward
+
+
+def _extract(text: str):
+    from ..rewards import extract_answer
+    return extract_answer(text)
+
+
+register_task(Task(
+    name="arithmetic",
+    load=lambda split, n=None, seed=0: make_addition(split, n or (4000 if split == "train" else 200), seed),
+    rewards=_rewards, correct=_correct, extract=_extract, reward_weights=[1.0, 0.1],
+    max_completion_length=48,
+    info={"description": "column addition of 1-3 digit numbers, <think> column sums </think><answer>"},
+))

@@ -1,0 +1,182 @@
+"""Evaluation: greedy accuracy, sampled pass@k and maj@k, lengths and format, per problem.
+
+`pass_at_k` is the unbiased estimator of Chen et al. (2021): with n samples of which c are right,
+pass@k = 1 - C(n-c, k) / C(n, k), the chance that k of the n samples include a right one.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from .data import encode_prompt, is_conversational
+from .data.tasks import Task
+
+CORRECT_AT = 1.0 - 1e-6
+"""A verifier value at or above this counts as right (code rewards may return a pass fraction)."""
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k for one problem. Example: n=4, c=1, k=2 -> 1 - C(3,2)/C(4,2) = 0.5."""
+    if k > n:
+        raise ValueError(f"pass@{k} needs at least {k} samples per problem, got {n}")
+    if n - c < k:
+        return 1.0
+    prod = 1.0
+    for i in range(n - c + 1, n + 1):  # C(n-c,k)/C(n,k) = prod_{i=n-c+1}^{n} (1 - k/i)
+        prod *= 1.0 - k / i
+    return 1.0 - prod
+
+
+def majority_correct(answers: list[str | None], correct: list[bool]) -> bool:
+    """maj@k: is the most frequent extracted answer (ties: first seen) a right one?"""
+    votes = Counter(a for a in answers if a is not None)
+    if not votes:
+        return False
+    top = max(votes, key=lambda a: (votes[a], -answers.index(a)))
+    return correct[answers.index(top)]
+
+
+@dataclass
+class EvalConfig:
+    model: str = ""
+    """Model directory, cached hub id or known short name."""
+    task: str = "arithmetic"
+    """Registered task name (arithmetic, gsm8k, math500, humaneval) or jsonl:PATH."""
+    split: str = "test"
+    """Which split to evaluate."""
+    num_problems: int = 0
+    """Evaluate the first this many problems (0: all)."""
+    k: list[int] = field(default_factory=lambda: [1])
+    """pass@k and maj@k for each k (needs n_samples >= max k)."""
+    n_samples: int = 0
+    """Sampled completions per problem for pass@k/maj@k (0: greedy only)."""
+    temperature: float = 0.7
+    """Sampling temperature for the n_samples."""
+    top_p: float = 1.0
+    """Nucleus mass for the n_samples."""
+    max_new_tokens: Optional[int] = None
+    """Generation budget (default: the task's)."""
+    batch_size: int = 256
+    """Most sequences decoded at once."""
+    output_dir: Optional[str] = None
+    """Write results.json, results.md and per_problem.jsonl here."""
+    dtype: str = "float32"
+    """Weights dtype."""
+    seed: int = 0
+    """Seed for sampling."""
+    progress_bar: bool = True
+    """Show a progress bar."""
+
+    def __post_init__(self):
+        if self.n_samples and max(self.k) > self.n_samples:
+            raise ValueError(f"k={max(self.k)} is larger than n_samples={self.n_samples}: "
+                             "pass@k needs at least k samples per problem")
+
+
+def _score(task: Task, verifier, rows: list[dict], texts: list[str], n: int) -> list[bool]:
+    """Is each of the n completions per row right? Rows are repeated n times, prompt-major."""
+    from .rewards import score_completions
+    comps = [[{"role": "assistant", "content": t}] for t in texts] if is_conversational(rows[0]["prompt"]) else texts
+    cols = {k: [r.get(k) for r in rows for _ in range(n)] for k in rows[0] if k != "prompt"}
+    values, _ = score_completions([verifier], [r["prompt"] for r in rows for _ in range(n)], comps, cols)
+    return [bool(v >= CORRECT_AT) for v in values[:, 0].tolist()]  # NaN compares False
+
+
+def _generate(model, tokenizer, rows, n, params, batch_size, seed, desc, progress):
+    from tqdm.auto import tqdm
+    from .models import eos_ids
+    from .rollout import HFEngine
+    engine = HFEngine(model, eos_ids(model, tokenizer), tokenizer.pad_token_id, batch_size)
+    gen = torch.Generator().manual_seed(seed)
+    ids = [encode_prompt(tokenizer, r["prompt"]) for r in rows]
+    per = max(1, batch_size // n)
+    texts, lengths = [], []
+    for s in tqdm(range(0, len(ids), per), desc=desc, disable=not progress, leave=False):
+        out = engine.generate(ids[s:s + per], n, params, gen)
+        texts += tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
+        lengths += [len(c) for c in out.completion_ids]
+    return texts, lengths
+
+
+def evaluate(model, tokenizer, task: Task, rows: list[dict], k: list[int] = (1,), n_samples: int = 0,
+             temperature: float = 0.7, top_p: float = 1.0, max_new_tokens: int | None = None,
+             batch_size: int = 256, seed: int = 0, progress: bool = False) -> tuple[dict, list[dict]]:
+    """(summary metrics, per-problem records) for `rows` of `task`."""
+    from .rewards import format_reward
+    from .rollout import SamplingParams
+    if n_samples and max(k) > n_samples:
+        raise ValueError(f"k={max(k)} is larger than n_samples={n_samples}")
+    t0 = time.perf_counter()
+    budget = max_new_tokens or task.max_completion_length
+    verifier = task.correct()
+    greedy, glen = _generate(model, tokenizer, rows, 1, SamplingParams(0.0, 1.0, 0, budget),
+                             batch_size, seed, "greedy", progress)
+    ok = _score(task, verifier, rows, greedy, 1)
+    fmt = _score(task, format_reward, rows, greedy, 1)
+    summary = {"accuracy": sum(ok) / len(rows), "format_frac": sum(fmt) / len(rows),
+               "len_mean": sum(glen) / len(glen), "num_problems": len(rows)}
+    records = [{"id": r.get("id", i), "answer": r.get("answer"), "greedy": g, "greedy_correct": c}
+               for i, (r, g, c) in enumerate(zip(rows, greedy, ok))]
+    if n_samples:
+        texts, _ = _generate(model, tokenizer, rows, n_samples, SamplingParams(temperature, top_p, 0, budget),
+                             batch_size, seed, f"samples x{n_samples}", progress)
+        right = _score(task, verifier, rows, texts, n_samples)
+        for i, rec in enumerate(records):
+            mine = right[i * n_samples:(i + 1) * n_samples]
+            rec["samples_correct"] = sum(mine)
+            if task.extract:
+                answers = [task.extract(t) for t in texts[i * n_samples:(i + 1) * n_samples]]
+                rec["maj"] = {kk: majority_correct(answers[:kk], mine[:kk]) for kk in k}
+        for kk in k:
+            summary[f"pass@{kk}"] = sum(pass_at_k(n_samples, r["samples_correct"], kk) for r in records) / len(rows)
+            if task.extract:
+                summary[f"maj@{kk}"] = sum(r["maj"][kk] for r in records) / len(rows)
+        summary["n_samples"] = n_samples
+    summary["seconds"] = time.perf_counter() - t0
+    return summary, records
+
+
+def make_eval_fn(task: Task, rows: list[dict], max_new_tokens: int | None = None, batch_size: int = 256):
+    """Greedy held-out accuracy as a trainer hook: (model, tokenizer) -> metrics."""
+    def eval_fn(model, tokenizer) -> dict:
+        summary, _ = evaluate(model, tokenizer, task, rows, max_new_tokens=max_new_tokens, batch_size=batch_size)
+        return {"accuracy": summary["accuracy"], "format_frac": summary["format_frac"],
+                "len_mean": summary["len_mean"]}
+    return eval_fn
+
+
+def to_markdown(summary: dict, title: str) -> str:
+    keys = [k for k in summary if k not in ("seconds",)]
+    head = "| " + " | ".join(keys) + " |\n|" + "---|" * len(keys) + "\n"
+    cells = [f"{v:.3f}" if isinstance(v, float) else str(v) for v in (summary[k] for k in keys)]
+    return f"### {title}\n\n{head}| " + " | ".join(cells) + " |\n"
+
+
+def run_eval(cfg: EvalConfig) -> dict:
+    """Load, evaluate, and write results.json / results.md / per_problem.jsonl when output_dir is set."""
+    from .data.benchmarks import resolve_task
+    from .models import load_model, load_tokenizer
+    task = resolve_task(cfg.task)
+    if cfg.split not in task.splits:
+        raise ValueError(f"task '{task.name}' has no split '{cfg.split}'; valid: {list(task.splits)}")
+    tokenizer = load_tokenizer(cfg.model)
+    model = load_model(cfg.model, cfg.dtype)
+    rows = task.load(cfg.split)
+    rows = rows[:cfg.num_problems] if cfg.num_problems else rows
+    summary, records = evaluate(model, tokenizer, task, rows, cfg.k, cfg.n_samples, cfg.temperature,
+                                cfg.top_p, cfg.max_new_tokens, cfg.batch_size, cfg.seed, cfg.progress_bar)
+    summary = {"model": cfg.model, "task": task.name, "split": cfg.split, **summary}
+    if cfg.output_dir:
+        out = Path(cfg.output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "results.json").write_text(json.dumps({"config": asdict(cfg), "summary": summary}, indent=2))
+        (out / "results.md").write_text(to_markdown(summary, f"{task.name} / {cfg.split}: {cfg.model}"))
+        (out / "per_problem.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return summary

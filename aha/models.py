@@ -1,0 +1,68 @@
+"""Load policy models and tokenizers: hub id (from the local cache), local directory or short name."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import torch
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve(name_or_path: str) -> str:
+    """A local directory for a known short name or directory; a cached hub id passes through."""
+    from .zoo import resolve_model
+    return resolve_model(name_or_path)
+
+
+def load_tokenizer(name_or_path: str):
+    """Tokenizer with a pad token (EOS when the model has none) and left padding for generation."""
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(resolve(name_or_path))
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    tok.padding_side = "left"
+    return tok
+
+
+def load_model(name_or_path: str, dtype: str = "float32", attn_implementation: str | None = None,
+               gradient_checkpointing: bool = False, device: str | None = None):
+    """A transformers causal LM, on `device` (default: CUDA when present, else CPU)."""
+    from transformers import AutoModelForCausalLM
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype '{dtype}'; valid: {sorted(DTYPES)}")
+    kwargs = {"dtype": DTYPES[dtype]}
+    if attn_implementation:
+        kwargs["attn_implementation"] = attn_implementation
+    model = AutoModelForCausalLM.from_pretrained(resolve(name_or_path), **kwargs)
+    model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.config.use_cache = False  # generation passes use_cache=True explicitly
+    return model
+
+
+def eos_ids(model, tokenizer) -> list[int]:
+    """Every token that ends a completion: the tokenizer's EOS and the generation config's."""
+    ids = {tokenizer.eos_token_id}
+    gen = getattr(model, "generation_config", None)
+    extra = getattr(gen, "eos_token_id", None) if gen is not None else None
+    ids.update(extra if isinstance(extra, (list, tuple)) else [extra])
+    return sorted(i for i in ids if i is not None)
+
+
+def context_length(model) -> int | None:
+    """The model's maximum sequence length, when its config states one."""
+    return getattr(model.config, "max_position_embeddings", None)
+
+
+def save_model(model, tokenizer, path: str | Path, merge_lora: bool = True) -> Path:
+    """Save so that transformers and vLLM load it: LoRA merged into the weights, or as an adapter."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    if hasattr(model, "peft_config") and merge_lora:
+        model = copy.deepcopy(model).merge_and_unload()
+    model.save_pretrained(path, safe_serialization=True)
+    tokenizer.save_pretrained(path)
+    return path

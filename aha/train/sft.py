@@ -1,0 +1,81 @@
+"""Supervised fine-tuning with the loss on completion tokens only (cold start, rejection sampling)."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Callable
+
+import torch
+
+from ..data import encode_prompt, is_conversational, load_rows
+from .common import build_optimizer, completion_logprobs, optimizer_step, seed_everything, setup_model
+from .config import SFTConfig
+from .loop import PromptSampler, Trainer
+
+
+def split_example(row: dict, cfg: SFTConfig) -> tuple[object, str]:
+    """(prompt, completion text) from prompt/completion columns or a messages conversation."""
+    if cfg.prompt_column in row and cfg.completion_column in row:
+        comp = row[cfg.completion_column]
+        if is_conversational(comp):
+            comp = comp[-1]["content"]
+        return row[cfg.prompt_column], comp
+    msgs = row.get(cfg.messages_column)
+    if is_conversational(msgs) and msgs[-1]["role"] == "assistant":
+        return msgs[:-1], msgs[-1]["content"]
+    raise ValueError(f"an SFT row needs '{cfg.prompt_column}' and '{cfg.completion_column}' columns, "
+                     f"or a '{cfg.messages_column}' conversation ending with an assistant turn; "
+                     f"got columns {sorted(row)}")
+
+
+def tokenize_example(tokenizer, prompt, completion: str) -> tuple[list[int], list[int]]:
+    """Prompt ids, and completion ids ending with EOS so the model learns to stop."""
+    comp = tokenizer(completion, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    return encode_prompt(tokenizer, prompt), comp
+
+
+class SFTTrainer(Trainer):
+    """Cross-entropy on completion tokens, averaged over all completion tokens of a batch."""
+
+    headline = {"loss": "{:.3f}", "perf/step_s": "{:.2f}"}
+
+    def __init__(self, model=None, args: SFTConfig | None = None, train_dataset=None,
+                 processing_class=None, peft_config=None,
+                 eval_fn: Callable[[object, object], dict] | None = None):
+        args = args or SFTConfig()
+        super().__init__(args, eval_fn)
+        seed_everything(args.seed)
+        rows = load_rows(train_dataset, prompt_column=None)
+        self.model, self.tokenizer = setup_model(args, model, processing_class, peft_config)
+        self.examples = [tokenize_example(self.tokenizer, *split_example(r, args)) for r in rows]
+        for i, (p, c) in enumerate(self.examples):
+            if len(p) + len(c) > args.max_length:
+                raise ValueError(f"example {i} has {len(p) + len(c)} tokens, over max_length {args.max_length}")
+        self.batch = args.per_device_train_batch_size * args.gradient_accumulation_steps
+        self._max_steps = args.max_steps or math.ceil(args.num_train_epochs * len(rows) / self.batch)
+        self.optimizer, self.scheduler = build_optimizer(args, self.model, self._max_steps)
+        self.sampler = PromptSampler(len(self.examples), args.seed)
+
+    @property
+    def max_steps(self) -> int:
+        return self._max_steps
+
+    def step(self) -> dict[str, float]:
+        a, t0 = self.args, time.perf_counter()
+        idx = sorted(self.sampler.take(self.batch), key=lambda i: sum(map(len, self.examples[i])))
+        total = sum(len(self.examples[i][1]) for i in idx)  # one denominator for all micro-batches
+        self.model.train()
+        loss_sum, tokens = 0.0, 0
+        for s in range(0, len(idx), a.per_device_train_batch_size):
+            part = [self.examples[i] for i in idx[s:s + a.per_device_train_batch_size]]
+            logp, mask, _ = completion_logprobs(self.model, [p for p, _ in part], [c for _, c in part],
+                                                self.tokenizer.pad_token_id)          # [n,T]
+            loss = -(logp * mask).sum() / total
+            loss.backward()
+            loss_sum += float(loss.detach())
+            tokens += sum(len(p) + len(c) for p, c in part)
+        grad_norm = optimizer_step(a, self.model, self.optimizer, self.scheduler)
+        dt = time.perf_counter() - t0
+        return {"loss": loss_sum, "grad_norm": grad_norm, "lr": self.scheduler.get_last_lr()[0],
+                "perf/step_s": dt, "perf/train_tokens_per_s": tokens / dt}

@@ -32,14 +32,17 @@ def column_addition(a: int, b: int) -> str:
     return " ".join(steps)
 
 
-def addition_row(a: int, b: int) -> dict:
+def addition_row(a: int, b: int, system: bool = False) -> dict:
+    """One problem as a chat prompt; the system instruction is optional (a tiny model learns the
+    format from the worked solutions, and every prompt token costs compute)."""
     question = f"{a}+{b}"
     solution = f"<think>{column_addition(a, b)}</think><answer>{a + b}</answer>"
-    return {"prompt": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}],
-            "answer": str(a + b), "question": question, "completion": solution}
+    prompt = ([{"role": "system", "content": SYSTEM}] if system else []) + [{"role": "user", "content": question}]
+    return {"prompt": prompt, "answer": str(a + b), "question": question, "completion": solution}
 
 
-def make_addition(split: str, n: int, seed: int = 0, min_digits: int = 1, max_digits: int = 3) -> list[dict]:
+def make_addition(split: str, n: int, seed: int = 0, min_digits: int = 1, max_digits: int = 2,
+                  system: bool = False) -> list[dict]:
     """n distinct addition problems of the split; operands have min..max digits."""
     if split not in ("train", "test"):
         raise ValueError(f"unknown split '{split}'; valid: ['test', 'train']")
@@ -59,7 +62,7 @@ def make_addition(split: str, n: int, seed: int = 0, min_digits: int = 1, max_di
         q = f"{a}+{b}"
         if q not in seen and _split_of(q) == split:
             seen.add(q)
-            rows.append(addition_row(a, b))
+            rows.append(addition_row(a, b, system))
     return rows
 
 

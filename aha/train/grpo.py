@@ -48,7 +48,8 @@ def reward_name(fn) -> str:
 class GRPOTrainer(Trainer):
     """TRL-style entry point: `GRPOTrainer(model, reward_funcs, args, train_dataset).train()`."""
 
-    headline = {"reward/mean": "{:.3f}", "completion/len_mean": "{:.0f}", "perf/step_s": "{:.2f}"}
+    headline = {"reward": ("reward/mean", "{:.3f}"), "len": ("completion/len_mean", "{:.0f}"),
+                "acc": ("eval/accuracy", "{:.2f}"), "s/step": ("perf/step_s", "{:.2f}")}
 
     def __init__(self, model, reward_funcs, args: GRPOConfig | None = None, train_dataset=None,
                  processing_class=None, peft_config=None,

@@ -46,8 +46,8 @@ class Trainer(abc.ABC):
     """Subclasses set model, tokenizer, optimizer, scheduler, sampler, generator and define step()."""
 
     args: TrainConfig
-    headline: dict[str, str] = {"loss": "{:.3f}"}
-    """Metric -> format shown on the progress bar."""
+    headline: dict[str, tuple[str, str]] = {"loss": ("loss", "{:.3f}")}
+    """Progress-bar label -> (metric, format)."""
 
     def __init__(self, args: TrainConfig, eval_fn: Callable[[object, object], dict] | None):
         self.args = args
@@ -95,7 +95,7 @@ class Trainer(abc.ABC):
                 self.after_step(metrics, bar)
                 if a.save_steps and self.step_count % a.save_steps == 0:
                     self.save_checkpoint()
-                bar.set_postfix({k.split("/")[-1]: f.format(metrics[k]) for k, f in self.headline.items()
+                bar.set_postfix({label: f.format(metrics[k]) for label, (k, f) in self.headline.items()
                                  if k in metrics}, refresh=False)
                 bar.update(1)
         finally:

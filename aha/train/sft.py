@@ -38,7 +38,7 @@ def tokenize_example(tokenizer, prompt, completion: str) -> tuple[list[int], lis
 class SFTTrainer(Trainer):
     """Cross-entropy on completion tokens, averaged over all completion tokens of a batch."""
 
-    headline = {"loss": "{:.3f}", "perf/step_s": "{:.2f}"}
+    headline = {"loss": ("loss", "{:.3f}"), "s/step": ("perf/step_s", "{:.2f}")}
 
     def __init__(self, model=None, args: SFTConfig | None = None, train_dataset=None,
                  processing_class=None, peft_config=None,

@@ -1,0 +1,278 @@
+"""Benchmarks from offline copies (GSM8K, MATH-500, HumanEval), and any JSONL file as a task.
+
+The files live in `shared/data/` beside the project root, or under $AHA_DATA_DIR (see its README).
+Every row keeps an `id` so per-problem results line up across evaluations, and the gold answer in
+`answer`: a gold that cannot be parsed is an error in the data, raised at load, never a free reward.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+from pathlib import Path
+
+from . import is_conversational, read_jsonl
+from .prompts import PromptTemplate, get_template
+from .tasks import Task, get_task, register_task
+
+DATA_ENV = "AHA_DATA_DIR"
+FORMAT_WEIGHT = 0.1
+"""Weight of the format reward next to correctness (1.0) for templates that ask for tags."""
+
+
+def data_dir() -> Path:
+    env = os.environ.get(DATA_ENV)
+    return Path(env) if env else Path(__file__).resolve().parents[2].parent / "shared" / "data"
+
+
+def data_path(*parts: str) -> Path:
+    """A benchmark file under data_dir(); missing -> FileNotFoundError naming the path and $AHA_DATA_DIR."""
+    path = data_dir().joinpath(*parts)
+    if not path.is_file():
+        raise FileNotFoundError(f"benchmark file not found: {path} (set ${DATA_ENV} to the folder "
+                                f"holding gsm8k/, math500/ and humaneval/)")
+    return path
+
+
+def subset(rows: list[dict], n: int | None, seed: int) -> list[dict]:
+    """All rows (n=None), or n of them drawn with the seed and kept in file order."""
+    if n is None or n == len(rows):
+        return rows
+    if not 0 < n <= len(rows):
+        raise ValueError(f"asked for {n} rows; this split has {len(rows)}")
+    keep = sorted(random.Random(seed).sample(range(len(rows)), n))
+    return [rows[i] for i in keep]
+
+
+def _check_split(name: str, split: str, splits: tuple[str, ...]) -> None:
+    if split not in splits:
+        raise ValueError(f"task '{name}' has no split '{split}'; valid: {list(splits)}")
+
+
+# ---- rewards (imported lazily: importing a task module stays cheap) ----
+
+def _math_correct(symbolic: bool):
+    from ..rewards import MathReward, math_reward
+    return MathReward(last_number_fallback=False) if symbolic else math_reward
+
+
+def _math_rewards(template: PromptTemplate, symbolic: bool):
+    """Correctness, plus the format reward when the template asks for <think>/<answer> tags."""
+    from ..rewards import format_reward
+    correct = _math_correct(symbolic)
+    return [correct, format_reward] if template.style == "r1" else [correct]
+
+
+def _weights(template: PromptTemplate) -> list[float]:
+    return [1.0, FORMAT_WEIGHT] if template.style == "r1" else [1.0]
+
+
+def _extract(text: str):
+    from ..rewards import extract_answer
+    return extract_answer(text)
+
+
+def _code_reward(mode: str = "all"):
+    """CodeReward that first completes a body-only program with the row's `code_prompt` (signature and
+    docstring), as HumanEval's own harness does: CodeReward does this only for plain-string prompts."""
+    from ..rewards import CodeReward, completion_text, extract_program
+
+    class CodePromptReward(CodeReward):
+        def __call__(self, prompts, completions, **kwargs):
+            heads = kwargs.get("code_prompt") or [None] * len(completions)
+            entries = kwargs.get(self.entry_point_column) or [None] * len(completions)
+            full = []
+            for completion, head, entry in zip(completions, heads, entries):
+                program = extract_program(completion_text(completion))
+                body_only = head and entry and program.strip() and f"def {entry}" not in program
+                full.append(head + program if body_only else completion)
+            return super().__call__(prompts, full, **kwargs)
+
+    return CodePromptReward(mode=mode)
+
+
+# ---- GSM8K ----
+
+GSM8K_ANSWER = re.compile(r"####\s*(.+?)\s*$")
+CALCULATOR = re.compile(r"<<[^<>]*>>")
+
+
+def gsm8k_gold(solution: str) -> str:
+    """The number after `#### `, commas stripped. Example: '...\\n#### 1,200' -> '1200'."""
+    m = GSM8K_ANSWER.search(solution)
+    if not m:
+        raise ValueError(f"GSM8K solution has no '#### answer' line: {solution[-80:]!r}")
+    return m.group(1).replace(",", "")
+
+
+def gsm8k_reasoning(solution: str) -> str:
+    """The worked steps without the `<<48/2=24>>` calculator notes and the `####` line."""
+    return CALCULATOR.sub("", solution[:solution.rfind("####")]).strip()
+
+
+def gsm8k_rows(split: str, n: int | None = None, seed: int = 0, template="r1") -> list[dict]:
+    """Columns: prompt, question, answer (gold number), solution (the reference text, ends with
+    `#### n`), completion (the solution in the template's style, for SFT), id (`split/index`)."""
+    _check_split("gsm8k", split, ("train", "test"))
+    tpl = get_template(template)
+    path = data_path("gsm8k", f"{split}.jsonl")
+    rows = []
+    for i, r in enumerate(read_jsonl(path)):
+        try:
+            gold = gsm8k_gold(r["answer"])
+        except ValueError as e:
+            raise ValueError(f"{path}: row {i}: {e}") from None
+        rows.append({"prompt": tpl(r["question"]), "question": r["question"], "answer": gold,
+                     "solution": r["answer"], "completion": tpl.answer(gsm8k_reasoning(r["answer"]), gold),
+                     "id": f"{split}/{i}"})
+    return subset(rows, n, seed)
+
+
+def gsm8k_shots(k: int, seed: int = 0, template="r1") -> list[tuple[str, str]]:
+    """k worked train problems in the template's answer style, for `get_template(..., shots=...)`."""
+    return [(r["question"], r["completion"]) for r in gsm8k_rows("train", k, seed, template)]
+
+
+def gsm8k_task(template="r1", name: str = "gsm8k") -> Task:
+    tpl = get_template(template)
+    return Task(
+        name=name, load=lambda split, n=None, seed=0: gsm8k_rows(split, n, seed, tpl),
+        rewards=lambda: _math_rewards(tpl, symbolic=False), correct=lambda: _math_correct(False),
+        extract=_extract, reward_weights=_weights(tpl), max_completion_length=512,
+        info={"description": "grade-school maths word problems; gold is the number after ####",
+              "source": "openai/grade-school-math", "style": tpl.style, "chat": tpl.chat})
+
+
+# ---- MATH-500 ----
+
+def math500_rows(split: str = "test", n: int | None = None, seed: int = 0, template="r1") -> list[dict]:
+    """Columns: prompt, problem, answer (LaTeX gold), difficulty, subject, id (unique_id)."""
+    _check_split("math500", split, ("test",))
+    tpl = get_template(template)
+    path = data_path("math500", "test.json")
+    rows = []
+    for i, r in enumerate(json.loads(path.read_text())):
+        if not str(r.get("answer", "")).strip():
+            raise ValueError(f"{path}: row {i} ({r.get('unique_id')}) has an empty gold answer")
+        rows.append({"prompt": tpl(r["problem"]), "problem": r["problem"], "answer": r["answer"],
+                     "difficulty": r["difficulty"], "subject": r["unique_id"].split("/")[1],
+                     "id": r["unique_id"]})
+    return subset(rows, n, seed)
+
+
+def math500_task(template="r1", name: str = "math500") -> Task:
+    tpl = get_template(template)
+    return Task(
+        name=name, load=lambda split, n=None, seed=0: math500_rows(split, n, seed, tpl),
+        rewards=lambda: _math_rewards(tpl, symbolic=True), correct=lambda: _math_correct(True),
+        extract=_extract, reward_weights=_weights(tpl), max_completion_length=1024, splits=("test",),
+        info={"description": "MATH-500 competition problems; LaTeX gold compared symbolically",
+              "source": "Hendrycks et al. MATH, MATH-500 split", "style": tpl.style, "chat": tpl.chat})
+
+
+# ---- HumanEval ----
+
+HUMANEVAL_INSTRUCTION = ("Complete the following Python function. Reply with the whole function "
+                         "in one ```python code block.")
+
+
+def humaneval_question(code: str) -> str:
+    return f"{HUMANEVAL_INSTRUCTION}\n\n```python\n{code.rstrip()}\n```"
+
+
+def humaneval_rows(split: str = "test", n: int | None = None, seed: int = 0, template="plain") -> list[dict]:
+    """Columns: prompt, code_prompt (signature + docstring), tests (defines check(candidate)),
+    entry_point, solution (canonical body), id (task_id)."""
+    _check_split("humaneval", split, ("test",))
+    tpl = get_template(template)
+    rows = [{"prompt": tpl(humaneval_question(r["prompt"])), "code_prompt": r["prompt"], "tests": r["test"],
+             "entry_point": r["entry_point"], "solution": r["canonical_solution"], "id": r["task_id"]}
+            for r in read_jsonl(data_path("humaneval", "HumanEval.jsonl"))]
+    return subset(rows, n, seed)
+
+
+def humaneval_task(template="plain", name: str = "humaneval") -> Task:
+    tpl = get_template(template)
+    return Task(
+        name=name, load=lambda split, n=None, seed=0: humaneval_rows(split, n, seed, tpl),
+        rewards=lambda: [_code_reward("fraction")], correct=_code_reward, extract=None,
+        max_completion_length=512, splits=("test",),
+        info={"description": "HumanEval: complete a Python function; all of check(candidate) must pass",
+              "source": "openai/human-eval", "style": tpl.style, "chat": tpl.chat})
+
+
+# ---- any JSONL file ----
+
+REWARDS = {"math": (lambda tpl: _math_rewards(tpl, symbolic=True), lambda: _math_correct(True)),
+           "code": (lambda tpl: [_code_reward("fraction")], _code_reward)}
+"""reward name -> (training rewards for a template, correctness verifier)."""
+
+
+def jsonl_rows(path: str | Path, prompt_column: str = "prompt", answer_column: str | None = "answer",
+               template="r1") -> list[dict]:
+    """Rows of a JSONL file: the prompt column through the template (chat lists kept as they are),
+    the answer column copied to `answer`, every other column kept; `id` defaults to the line index."""
+    path = Path(path)
+    tpl = get_template(template)
+    raw = read_jsonl(path)
+    if not raw:
+        raise ValueError(f"{path}: no rows")
+    rows = []
+    for i, r in enumerate(raw):
+        for col in (prompt_column, answer_column):
+            if col is not None and col not in r:
+                raise ValueError(f"{path}: row {i} has no column '{col}'; columns: {sorted(r)}")
+        p = r[prompt_column]
+        row = {"id": i, **r, "prompt": p if is_conversational(p) else tpl(p)}
+        if answer_column is not None:
+            if r[answer_column] is None or not str(r[answer_column]).strip():
+                raise ValueError(f"{path}: row {i} has an empty gold answer in column '{answer_column}'")
+            row["answer"] = str(r[answer_column])
+        rows.append(row)
+    return rows
+
+
+def jsonl_task(path: str | Path, prompt_column: str = "prompt", answer_column: str = "answer",
+               template="r1", reward: str = "math", name: str | None = None) -> Task:
+    """A task from one JSONL file, so a new benchmark needs no code. A `{split}` in the path picks
+    a file per split (data/{split}.jsonl); without one, every split reads the same file."""
+    if reward not in REWARDS:
+        raise ValueError(f"unknown reward '{reward}'; valid: {sorted(REWARDS)}")
+    tpl = get_template(template)
+    train_rewards, correct = REWARDS[reward]
+    answer = answer_column if reward == "math" else None
+
+    def load(split: str, n: int | None = None, seed: int = 0) -> list[dict]:
+        _check_split(name or f"jsonl:{path}", split, ("train", "test"))
+        return subset(jsonl_rows(str(path).replace("{split}", split), prompt_column, answer, tpl), n, seed)
+
+    return Task(name=name or f"jsonl:{path}", load=load, rewards=lambda: train_rewards(tpl), correct=correct,
+                extract=_extract if reward == "math" else None,
+                reward_weights=_weights(tpl) if reward == "math" else None,
+                info={"description": f"rows of {path}", "style": tpl.style, "chat": tpl.chat})
+
+
+BUILDERS = {"gsm8k": gsm8k_task, "math500": math500_task, "humaneval": humaneval_task}
+"""Benchmarks that take another prompt template by name: `gsm8k@boxed`, `math500@r1_base`."""
+
+
+def resolve_task(name: str) -> Task:
+    """`jsonl:PATH` -> jsonl_task(PATH); `NAME@TEMPLATE` -> a benchmark with that prompt template (also
+    `jsonl:PATH@TEMPLATE`); any other name -> the registered task."""
+    from .prompts import TEMPLATES
+    base, at, template = name.rpartition("@")
+    if at and base in BUILDERS:
+        return BUILDERS[base](template, name=name)  # an unknown template raises, listing the valid ones
+    if name.startswith("jsonl:"):
+        path, template = (base, template) if at and template in TEMPLATES else (name, "r1")
+        path = path[len("jsonl:"):]
+        if not path:
+            raise ValueError("empty path in task name 'jsonl:'; use jsonl:PATH/TO/FILE.jsonl")
+        return jsonl_task(path, template=template, name=name)
+    return get_task(name)
+
+
+for _build in BUILDERS.values():
+    register_task(_build())

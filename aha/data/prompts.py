@@ -1,0 +1,108 @@
+"""Prompt templates: a question -> chat messages (for instruct models) or a plain string (base models).
+
+R1-Zero trains a base model on a plain prompt that asks for `<think>` reasoning `</think>` then
+`<answer>` final answer `</answer>`; an instruct model gets the same request as chat messages, which
+`encode_prompt` later renders through the model's own chat template. A template also writes worked
+solutions in its answer style, so few-shot turns and SFT targets match what the verifiers expect.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+R1_SYSTEM = (
+    "A conversation between User and Assistant. The user asks a question, and the Assistant solves it. "
+    "The Assistant first thinks about the reasoning process in the mind and then provides the user with "
+    "the answer. The reasoning process and answer are enclosed within <think> </think> and "
+    "<answer> </answer> tags, respectively, i.e., <think> reasoning process here </think> "
+    "<answer> answer here </answer>."
+)
+BOXED_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+STYLES = ("r1", "boxed", "plain")
+
+
+@dataclass(frozen=True)
+class PromptTemplate:
+    """How a question becomes a prompt.
+
+    Example: get_template("plain", chat=False)("1+1") -> 'User: 1+1\\nAssistant:'.
+    """
+
+    system: str | None = None
+    """System prompt: a system message (chat) or the first paragraph (plain string)."""
+    instruction: str | None = None
+    """Appended to every question after a blank line, few-shot questions included."""
+    shots: tuple[tuple[str, str], ...] = ()
+    """Few-shot (question, answer text) pairs, shown as earlier user/assistant turns."""
+    chat: bool = True
+    """True: a list of chat messages; False: one plain string for a base model."""
+    style: str = "plain"
+    """How answers are written: r1 (<think></think><answer></answer>), boxed (\\boxed{}) or plain (#### n)."""
+    user_prefix: str = "User: "
+    assistant_prefix: str = "Assistant:"
+    """Plain-string turn labels; the prompt ends with assistant_prefix, so the model writes the answer."""
+
+    def __post_init__(self):
+        if self.style not in STYLES:
+            raise ValueError(f"unknown answer style '{self.style}'; valid: {list(STYLES)}")
+        shots = tuple(tuple(s) for s in self.shots)
+        if any(len(s) != 2 or not all(isinstance(x, str) for x in s) for s in shots):
+            raise ValueError("shots must be (question, answer text) pairs of strings")
+        object.__setattr__(self, "shots", shots)
+
+    def user_text(self, question: str) -> str:
+        return f"{question}\n\n{self.instruction}" if self.instruction else question
+
+    def render(self, question: str) -> str | list[dict]:
+        turns = [*self.shots, (question, None)]
+        if self.chat:
+            msgs = [{"role": "system", "content": self.system}] if self.system else []
+            for q, a in turns:
+                msgs.append({"role": "user", "content": self.user_text(q)})
+                if a is not None:
+                    msgs.append({"role": "assistant", "content": a})
+            return msgs
+        parts = [self.system] if self.system else []
+        for q, a in turns:
+            turn = f"{self.user_prefix}{self.user_text(q)}\n{self.assistant_prefix}"
+            parts.append(turn if a is None else f"{turn} {a}")
+        return "\n\n".join(parts)
+
+    __call__ = render
+
+    def answer(self, reasoning: str, final: str) -> str:
+        """A worked solution in this style, for few-shot turns and SFT targets.
+
+        Example (r1): answer("2+2=4", "4") -> '<think>\\n2+2=4\\n</think>\\n<answer>4</answer>'.
+        """
+        reasoning = reasoning.strip()
+        if self.style == "r1":
+            return f"<think>\n{reasoning}\n</think>\n<answer>{final}</answer>"
+        if self.style == "boxed":
+            return f"{reasoning}\nThe final answer is $\\boxed{{{final}}}$."
+        return f"{reasoning}\n#### {final}"
+
+
+TEMPLATES: dict[str, PromptTemplate] = {
+    "r1": PromptTemplate(system=R1_SYSTEM, style="r1"),
+    "boxed": PromptTemplate(instruction=BOXED_INSTRUCTION, style="boxed"),
+    "plain": PromptTemplate(),
+}
+TEMPLATES.update({f"{name}_base": replace(t, chat=False) for name, t in list(TEMPLATES.items())})
+"""`*_base`: the same prompts as one plain string, for base models with no chat template (R1-Zero)."""
+
+
+def register_template(name: str, template: PromptTemplate) -> PromptTemplate:
+    TEMPLATES[name] = template
+    return template
+
+
+def get_template(template: str | PromptTemplate = "r1", **overrides) -> PromptTemplate:
+    """A registered template by name (or a template as is), with fields replaced, e.g. chat=False, shots=[...]."""
+    if isinstance(template, PromptTemplate):
+        base = template
+    elif template in TEMPLATES:
+        base = TEMPLATES[template]
+    else:
+        raise ValueError(f"unknown prompt template '{template}'; valid: {sorted(TEMPLATES)}")
+    return replace(base, **overrides) if overrides else base

@@ -1,0 +1,210 @@
+"""The GRPO loop end to end on a tiny model built in code: learning signal, metrics, resume, LoRA."""
+
+import asyncio
+import math
+
+import pytest
+import torch
+
+from aha.train.config import GRPOConfig
+from aha.train.grpo import GRPOTrainer
+
+PROMPTS = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a in range(10) for b in range(3)]
+
+
+def digit_share(prompts, completions, **kw):
+    """Graded reward: share of digits in the completion (varies inside every group from step 1)."""
+    return [sum(ch.isdigit() for ch in c) / max(len(c), 1) for c in completions]
+
+
+def args(tmp_path, **kw):
+    base = dict(output_dir=str(tmp_path / "run"), max_steps=2, num_generations=4, per_device_train_batch_size=8,
+                max_completion_length=8, learning_rate=1e-2, progress_bar=False, report_to=["jsonl"],
+                log_completions_steps=0, seed=0)
+    return GRPOConfig(**{**base, **kw})
+
+
+def params(model):
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def test_smoke_trains_and_every_metric_is_finite(tiny_dir, tmp_path):
+    t = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], args=args(tmp_path, beta=0.04, num_iterations=2),
+                    train_dataset=PROMPTS)
+    before = params(t.model)
+    metrics = t.train()
+    after = params(t.model)
+    assert any(not torch.equal(before[n], after[n]) for n in before)
+    bad = {k: v for k, v in metrics.items() if not math.isfinite(v)}
+    assert not bad, bad
+    for key in ("reward/mean", "reward/std", "reward/digit_share/mean", "reward/zero_std_frac", "kl", "entropy",
+                "clip/low", "clip/high", "completion/len_mean", "completion/len_min", "completion/len_max",
+                "completion/truncated_frac", "lr", "grad_norm", "perf/step_s", "perf/gen_tokens_per_s",
+                "perf/train_tokens_per_s"):
+        assert key in metrics, key
+    assert (tmp_path / "run" / "metrics.jsonl").read_text().count("\n") == 2
+    assert (tmp_path / "run" / "config.yaml").is_file()
+
+
+def test_metrics_are_normalised_as_documented(tiny_dir, tmp_path):
+    seen = {}
+
+    def record(prompts, completions, completion_ids, **kw):
+        values = [float(len(ids) % 3) for ids in completion_ids]
+        seen.update(values=values, lengths=[len(ids) for ids in completion_ids])
+        return values
+
+    t = GRPOTrainer(model=tiny_dir, reward_funcs=[record], args=args(tmp_path, max_steps=1), train_dataset=PROMPTS)
+    m = t.step()
+    v, lengths = torch.tensor(seen["values"]), torch.tensor(seen["lengths"], dtype=torch.float)
+    assert m["reward/mean"] == pytest.approx(v.mean().item(), abs=1e-6)
+    assert m["reward/std"] == pytest.approx(v.std().item(), abs=1e-6)
+    assert m["completion/len_mean"] == pytest.approx(lengths.mean().item(), abs=1e-6)
+    assert m["completion/len_max"] == lengths.max().item()
+    groups = v.view(-1, 4)
+    assert m["reward/zero_std_frac"] == pytest.approx((groups.std(-1) == 0).float().mean().item())
+    assert 0.0 <= m["clip/low"] <= 1.0 and 0.0 <= m["clip/high"] <= 1.0
+
+
+def test_trl_style_rewards_columns_async_none_and_chat(tiny_dir, tmp_path):
+    chat = [{"prompt": [{"role": "user", "content": r["prompt"]}], "answer": r["answer"]} for r in PROMPTS]
+    got = {}
+
+    def uses_answer(prompts, completions, answer, **kwargs):
+        got["completion"], got["answer"], got["kwargs"] = completions[0], answer[0], set(kwargs)
+        return [1.0 if c[0]["content"].strip() == a else 0.0 for c, a in zip(completions, answer)]
+
+    async def sometimes_none(prompts, completions, **kwargs):
+        await asyncio.sleep(0)
+        return [None if i % 2 else 0.5 for i in range(len(completions))]
+
+    t = GRPOTrainer(model=tiny_dir, reward_funcs=[uses_answer, sometimes_none], args=args(tmp_path, max_steps=1),
+                    train_dataset=chat)
+    m = t.step()
+    assert isinstance(got["completion"], list) and got["completion"][0]["role"] == "assistant"
+    assert got["answer"] in {r["answer"] for r in PROMPTS} and "completion_ids" in got["kwargs"]
+    assert m["reward/none_frac/sometimes_none"] == 0.5
+    assert m["reward/sometimes_none/mean"] == 0.5  # the None values are left out, not counted as 0
+
+
+def test_a_raising_reward_does_not_kill_the_run(tiny_dir, tmp_path):
+    calls = {"n": 0}
+
+    def flaky(prompts, completions, **kw):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("verifier crashed")
+        return [float("nan") if i == 0 else 1.0 * (i % 2) for i in range(len(completions))]
+
+    t = GRPOTrainer(model=tiny_dir, reward_funcs=[flaky, digit_share], args=args(tmp_path, max_steps=3),
+                    train_dataset=PROMPTS)
+    m1 = t.step()
+    m2 = t.step()
+    assert m1["reward/errors"] == 0 and m2["reward/errors"] == 1
+    assert m1["reward/none_frac/flaky"] == pytest.approx(1 / 8)  # the NaN is excluded, not a 0
+    assert math.isfinite(m2["reward/mean"])
+
+
+def _run(tiny_dir, tmp_path, name, **kw):
+    t = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], args=args(tmp_path / name, **kw), train_dataset=PROMPTS)
+    t.train()
+    return t
+
+
+def test_resume_matches_an_uninterrupted_run(tiny_dir, tmp_path):
+    kw = dict(max_steps=4, save_steps=2, lr_scheduler_type="cosine", warmup_steps=1, num_iterations=2, beta=0.02)
+    full = _run(tiny_dir, tmp_path, "a", **kw)
+
+    crashing = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], args=args(tmp_path / "b", **kw),
+                           train_dataset=PROMPTS)
+    real_step = crashing.step
+
+    def step_then_crash():
+        if crashing.step_count == 3:
+            raise KeyboardInterrupt("simulated crash")
+        return real_step()
+
+    crashing.step = step_then_crash
+    with pytest.raises(KeyboardInterrupt):
+        crashing.train()
+    resumed = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], args=args(tmp_path / "b", resume=True, **kw),
+                          train_dataset=PROMPTS)
+    assert resumed.step_count == 0
+    resumed.train()
+    assert resumed.step_count == 4
+    a, b = params(full.model), params(resumed.model)
+    for n in a:
+        torch.testing.assert_close(a[n], b[n], rtol=0, atol=1e-7)
+
+
+def test_half_written_checkpoint_is_ignored(tiny_dir, tmp_path):
+    from aha.train.checkpoint import latest_checkpoint
+    t = _run(tiny_dir, tmp_path, "c", max_steps=1)
+    run = tmp_path / "c" / "run"
+    (run / ".checkpoint-7.tmp").mkdir()
+    (run / "checkpoint-9").mkdir()  # no trainer_state.json: not complete
+    assert latest_checkpoint(run).name == "checkpoint-1"
+    assert t.step_count == 1
+
+
+def test_skipping_zero_advantage_sequences_changes_nothing(tiny_dir, tmp_path):
+    def half_constant(prompts, completions, **kw):  # even groups all 1 (zero std), odd groups graded
+        return [1.0 if (i // 4) % 2 == 0 else digit_share(None, [c])[0] for i, c in enumerate(completions)]
+
+    runs = []
+    for skip in (True, False):
+        t = GRPOTrainer(model=tiny_dir, reward_funcs=[half_constant],
+                        args=args(tmp_path / str(skip), skip_zero_advantage=skip, max_steps=2), train_dataset=PROMPTS)
+        m = t.train()
+        runs.append((params(t.model), m))
+    (a, ma), (b, mb) = runs
+    assert ma["train/trained_frac"] < 1.0 and mb["train/trained_frac"] == 1.0
+    for n in a:
+        torch.testing.assert_close(a[n], b[n], rtol=0, atol=1e-6)
+
+
+def test_micro_batches_equal_one_big_batch(tiny_dir, tmp_path, monkeypatch):
+    """Gradient accumulation over micro-batches gives the same gradient as one pass (loop vs vectorised)."""
+    import aha.train.grpo as grpo_mod
+    real, grads = grpo_mod.optimizer_step, []
+
+    def capture(cfg, model, opt, sched):
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+        return real(cfg, model, opt, sched)
+
+    monkeypatch.setattr(grpo_mod, "optimizer_step", capture)
+    for loss_type in ("grpo", "dapo", "dr_grpo"):
+        grads.clear()
+        _run(tiny_dir, tmp_path, f"big-{loss_type}", max_steps=1, loss_type=loss_type, per_device_train_batch_size=8)
+        _run(tiny_dir, tmp_path, f"small-{loss_type}", max_steps=1, loss_type=loss_type,
+             per_device_train_batch_size=2, gradient_accumulation_steps=4)
+        big, small = grads
+        assert max(g.abs().max().item() for g in big.values()) > 1e-3  # a real gradient, not all zeros
+        for n in big:
+            torch.testing.assert_close(big[n], small[n], rtol=1e-4, atol=1e-7)
+
+
+@pytest.mark.parametrize("kw", [
+    dict(advantage_estimator="dr_grpo", loss_type="dr_grpo"),
+    dict(advantage_estimator="rloo", loss_type="grpo", mask_truncated_completions=True),
+    dict(advantage_estimator="batch", importance_sampling_level="sequence", num_iterations=2),
+    dict(epsilon_high=0.28, delta=1.5, beta=0.01, kl_estimator="k2", num_iterations=2),
+])
+def test_variants_run(tiny_dir, tmp_path, kw):
+    t = _run(tiny_dir, tmp_path, "v", max_steps=1, **kw)
+    assert t.step_count == 1
+
+
+def test_lora_uses_the_base_as_reference_and_saves_a_plain_model(tiny_dir, tmp_path):
+    from transformers import AutoModelForCausalLM
+    t = _run(tiny_dir, tmp_path, "lora", use_lora=True, lora_r=4, beta=0.04, learning_rate=5e-2)
+    assert t.ref_model is None  # no second copy: adapters are disabled instead
+    assert all("lora_" in n for n, p in t.model.named_parameters() if p.requires_grad)
+    out = t.save_model(tmp_path / "merged")
+    reloaded = AutoModelForCausalLM.from_pretrained(out)
+    base = AutoModelForCausalLM.from_pretrained(tiny_dir)
+    ids = torch.tensor([[5, 6, 7, 8]])
+    with torch.no_grad():
+        merged_logits = reloaded(ids).logits
+        assert not torch.allclose(merged_logits, base(ids).logits)
+        torch.testing.assert_close(merged_logits, t.model(ids).logits, rtol=1e-4, atol=1e-4)

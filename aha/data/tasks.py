@@ -9,8 +9,8 @@ from typing import Callable
 @dataclass
 class Task:
     name: str
-    load: Callable[[str], list[dict]]
-    """split ("train" or "test") -> rows with a `prompt` and the columns the verifiers read."""
+    load: Callable[..., list[dict]]
+    """load(split, n=None, seed=0): ("train" or "test") -> rows with a `prompt` and the columns the verifiers read."""
     rewards: Callable[[], list]
     """Fresh reward functions for training (TRL signature)."""
     correct: Callable[[], Callable]
@@ -33,11 +33,7 @@ def register_task(task: Task) -> Task:
 
 
 def _load_builtin() -> None:
-    from . import synthetic  # noqa: F401  (registers arithmetic tasks)
-    try:
-        from . import benchmarks  # noqa: F401  (registers gsm8k, math500, humaneval)
-    except ImportError:
-        pass
+    from . import benchmarks, synthetic  # noqa: F401  (importing registers their tasks)
 
 
 def get_task(name: str) -> Task:

@@ -20,15 +20,15 @@ class DemoConfig:
     """Where the models, metrics, plot and summary go."""
     seed: int = 0
     """Seed for the data, the model and training."""
-    size: str = "demo"
+    size: str = "small"
     """Named model size from aha.tiny."""
     threads: int = 2
     """torch CPU threads."""
     sft_examples: int = 2000
     """Worked solutions used for the cold start (a small set keeps the model imperfect)."""
-    sft_steps: int = 300
+    sft_steps: int = 200
     """SFT optimizer steps."""
-    sft_lr: float = 2e-3
+    sft_lr: float = 3e-3
     """SFT learning rate."""
     sft_batch: int = 32
     """SFT batch size."""
@@ -78,8 +78,7 @@ def run_demo(cfg: DemoConfig) -> dict:
     # 2. cold-start SFT on a few worked solutions
     sft_args = SFTConfig(output_dir=str(out / "sft"), model=str(base), learning_rate=cfg.sft_lr,
                          max_steps=cfg.sft_steps, per_device_train_batch_size=cfg.sft_batch,
-                         lr_scheduler_type="cosine", warmup_steps=20, seed=cfg.seed,
-                         weight_decay=0.01, progress_bar=cfg.progress_bar, report_to=["jsonl"])
+                         warmup_steps=10, seed=cfg.seed, progress_bar=cfg.progress_bar, report_to=["jsonl"])
     sft = SFTTrainer(args=sft_args, train_dataset=train[:cfg.sft_examples])
     sft.train()
     sft_dir = sft.save_model()

@@ -237,7 +237,9 @@ def jsonl_rows(path: str | Path, prompt_column: str = "prompt", answer_column: s
 def jsonl_task(path: str | Path, prompt_column: str = "prompt", answer_column: str = "answer",
                template="r1", reward: str = "math", name: str | None = None) -> Task:
     """A task from one JSONL file, so a new benchmark needs no code. A `{split}` in the path picks
-    a file per split (data/{split}.jsonl); without one, every split reads the same file."""
+    a file per split (data/{split}.jsonl); without one, every split reads the same file.
+    reward "math": the gold is in answer_column; "code": rows carry `tests` (and `entry_point` for
+    HumanEval-style tests, `code_prompt` when completions may be bodies only); answer_column is unused."""
     if reward not in REWARDS:
         raise ValueError(f"unknown reward '{reward}'; valid: {sorted(REWARDS)}")
     tpl = get_template(template)

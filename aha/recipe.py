@@ -1,0 +1,157 @@
+"""Multi-stage pipelines (the R1 recipe): an ordered list of stages, each reading earlier outputs.
+
+A recipe YAML has `output_dir`, an optional `eval` block (task, num_problems) run after every stage
+that produces a model, and `stages`: a list of {name, type, ...config fields}. `@name` in a field
+refers to an earlier stage's output (its model directory, or its data file for `sample`). A stage
+that finished writes `done.json` and is skipped on the next run, so an interrupted recipe resumes.
+Every stage is checked (types, keys, references, cycles) before anything runs.
+"""
+
+from __future__ import annotations
+
+import graphlib
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .config import ConfigError, from_dict
+
+STAGE_TYPES = ("tiny", "sft", "grpo", "sample", "eval")
+MAKES_MODEL = ("tiny", "sft", "grpo")
+TINY_KEYS = ("task", "size", "seed")
+
+
+def _config_class(kind: str):
+    from .eval import EvalConfig
+    from .sample import SampleConfig
+    from .train.config import GRPOConfig, SFTConfig
+    return {"sft": SFTConfig, "grpo": GRPOConfig, "sample": SampleConfig, "eval": EvalConfig}.get(kind)
+
+
+def _refs(stage: dict) -> list[str]:
+    return [v[1:] for v in stage.values() if isinstance(v, str) and v.startswith("@")]
+
+
+def validate(recipe: dict) -> list[dict]:
+    """Check the whole recipe before anything runs; return its stages with defaults filled in."""
+    stages = recipe.get("stages")
+    if not isinstance(stages, list) or not stages:
+        raise ConfigError("a recipe needs a non-empty `stages` list")
+    names = [s.get("name") for s in stages]
+    if any(not isinstance(n, str) or not n for n in names) or len(set(names)) != len(names):
+        raise ConfigError(f"every stage needs a unique `name`; got {names}")
+    graph = {}
+    for s in stages:
+        if s.get("type") not in STAGE_TYPES:
+            raise ConfigError(f"stage '{s['name']}': unknown type {s.get('type')!r}; valid: {list(STAGE_TYPES)}")
+        for ref in _refs(s):
+            if ref not in names:
+                raise ConfigError(f"stage '{s['name']}' uses @{ref}, which is not a stage of this recipe")
+        graph[s["name"]] = set(_refs(s))
+    try:
+        tuple(graphlib.TopologicalSorter(graph).static_order())
+    except graphlib.CycleError as e:
+        raise ConfigError(f"the recipe has a cycle: {' -> '.join(e.args[1])}") from None
+    for i, s in enumerate(stages):
+        for ref in _refs(s):
+            if names.index(ref) >= i:
+                raise ConfigError(f"stage '{s['name']}' uses @{ref}, which runs after it; reorder the stages")
+        producer = next((p for p in reversed(stages[:i]) if p["type"] in MAKES_MODEL), None)
+        if s["type"] in ("sft", "grpo", "sample", "eval") and "model" not in s:
+            if producer is None and not recipe.get("model"):
+                raise ConfigError(f"stage '{s['name']}' has no model: set `model` or add an earlier model stage")
+        cls = _config_class(s["type"])
+        extra = set(s) - {"name", "type", *TINY_KEYS}
+        if cls is None and extra:
+            raise ConfigError(f"stage '{s['name']}': a tiny stage takes {list(TINY_KEYS)}, not {sorted(extra)}")
+        if cls is not None:  # keys and types checked now, with references stood in by placeholders
+            fields = {k: ("placeholder" if isinstance(v, str) and v.startswith("@") else v)
+                      for k, v in s.items() if k not in ("name", "type")}
+            try:
+                from_dict(cls, {"model": "placeholder", **fields})
+            except (ConfigError, ValueError, TypeError) as e:
+                raise ConfigError(f"stage '{s['name']}': {e}") from None
+    return stages
+
+
+def _output(stage_dir: Path, kind: str) -> str:
+    if kind == "sample":
+        return str(stage_dir / "data.jsonl")
+    return str(stage_dir if kind == "tiny" else stage_dir / "model")
+
+
+def _run_stage(kind: str, fields: dict[str, Any], stage_dir: Path) -> dict:
+    from .eval import run_eval
+    from .sample import run_sample
+    from .stages import run_grpo, run_sft
+    if kind == "tiny":
+        from .data.benchmarks import resolve_task
+        from .tiny import make_tiny
+        task = resolve_task(fields.get("task", "arithmetic"))
+        rows = task.load("train")
+        texts = [r.get("question", "") + " " + str(r.get("completion", "")) for r in rows]
+        make_tiny(stage_dir, texts, size=fields.get("size", "small"), seed=fields.get("seed", 0))
+        return {"model_dir": str(stage_dir)}
+    cls = _config_class(kind)
+    cfg = from_dict(cls, {**fields, "output_dir": str(stage_dir)})
+    return {"sft": run_sft, "grpo": run_grpo, "sample": run_sample, "eval": run_eval}[kind](cfg)
+
+
+def run_recipe(path: str, overrides: list[str] | None = None) -> dict:
+    """Run (or resume) a recipe; returns and writes the per-stage evaluation summary."""
+    from .eval import EvalConfig, run_eval
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"recipe not found: {path}")
+    recipe = yaml.safe_load(p.read_text()) or {}
+    for o in overrides or []:
+        key, _, value = o.partition("=")
+        recipe[key] = yaml.safe_load(value)
+    stages = validate(recipe)
+    root = Path(recipe.get("output_dir", "runs/recipe"))
+    root.mkdir(parents=True, exist_ok=True)
+    ev = recipe.get("eval") or {}
+    outputs: dict[str, str] = {}
+    model = recipe.get("model")
+    table = []
+    t0 = time.perf_counter()
+    for s in stages:
+        name, kind = s["name"], s["type"]
+        stage_dir = root / name
+        done = stage_dir / "done.json"
+        fields = {k: (outputs[v[1:]] if isinstance(v, str) and v.startswith("@") else v)
+                  for k, v in s.items() if k not in ("name", "type")}
+        if kind in ("sft", "grpo", "sample", "eval"):
+            fields.setdefault("model", model)
+        if done.is_file():
+            print(f"[recipe] {name}: already complete, skipped")
+            record = json.loads(done.read_text())
+        else:
+            print(f"[recipe] {name}: running {kind}")
+            t = time.perf_counter()
+            result = _run_stage(kind, fields, stage_dir)
+            record = {"stage": name, "type": kind, "seconds": round(time.perf_counter() - t, 1),
+                      "result": {k: v for k, v in result.items() if isinstance(v, (int, float, str))}}
+            if kind in MAKES_MODEL and ev:
+                summary = run_eval(EvalConfig(model=_output(stage_dir, kind), output_dir=str(stage_dir / "eval"),
+                                              progress_bar=False, **ev))
+                record["eval"] = {k: summary[k] for k in ("accuracy", "format_frac", "len_mean") if k in summary}
+            done.write_text(json.dumps(record, indent=2))
+        outputs[name] = _output(stage_dir, kind)
+        if kind in MAKES_MODEL:
+            model = outputs[name]
+        table.append(record)
+    summary = {"output_dir": str(root), "seconds": round(time.perf_counter() - t0, 1), "stages": table}
+    (root / "summary.json").write_text(json.dumps(summary, indent=2))
+    md = ["| stage | type | held-out accuracy | format | mean length | seconds |", "|---|---|---|---|---|---|"]
+    for r in table:
+        e = r.get("eval") or ({"accuracy": r["result"].get("accuracy")} if r["type"] == "eval" else {})
+        cell = lambda k, f: f.format(e[k]) if e.get(k) is not None else "–"  # noqa: E731
+        md.append(f"| {r['stage']} | {r['type']} | {cell('accuracy', '{:.1%}')} | {cell('format_frac', '{:.1%}')} "
+                  f"| {cell('len_mean', '{:.1f}')} | {r['seconds']} |")
+    (root / "summary.md").write_text("\n".join(md) + "\n")
+    print("\n".join(md))
+    return summary

@@ -1,0 +1,143 @@
+"""Rejection sampling: n completions per prompt, keep the verified ones, write an SFT-ready JSONL.
+
+A completion is verified when the task's correctness verifier gives it 1.0; its rank among the
+verified ones uses the task's weighted rewards (then length for `shortest_correct`).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Optional
+
+import torch
+
+from .data import encode_prompt, is_conversational, load_rows, write_jsonl
+
+KEEP = ("best", "all_correct", "shortest_correct")
+
+
+@dataclass
+class SampleConfig:
+    model: str = ""
+    """Model that generates the candidates."""
+    task: str = "arithmetic"
+    """Task whose prompts and verifiers are used (or jsonl:PATH)."""
+    split: str = "train"
+    """Split to draw prompts from."""
+    num_prompts: int = 0
+    """Prompts to sample (0: the whole split)."""
+    prompts_offset: int = 0
+    """Skip this many prompts first (e.g. the ones already used for SFT)."""
+    n: int = 8
+    """Completions generated per prompt."""
+    temperature: float = 1.0
+    """Sampling temperature."""
+    top_p: float = 1.0
+    """Nucleus mass."""
+    max_new_tokens: Optional[int] = None
+    """Generation budget (default: the task's)."""
+    keep: Literal["best", "all_correct", "shortest_correct"] = "best"
+    """best: the highest-reward verified completion; all_correct: every distinct verified one;
+    shortest_correct: the shortest verified one."""
+    mix_dataset: Optional[str] = None
+    """A JSONL of prompt/completion rows to mix into the output."""
+    mix_ratio: float = 0.0
+    """Fraction of the output rows taken from mix_dataset."""
+    output_dir: str = "runs/sample"
+    """data.jsonl, stats.json and per_prompt.jsonl go here."""
+    batch_size: int = 256
+    """Most sequences decoded at once."""
+    seed: int = 0
+    """Seed for sampling and mixing."""
+    dtype: str = "float32"
+    """Weights dtype."""
+    progress_bar: bool = True
+    """Show a progress bar."""
+
+    def __post_init__(self):
+        if self.n < 1:
+            raise ValueError("n must be >= 1")
+        if not 0.0 <= self.mix_ratio < 1.0:
+            raise ValueError(f"mix_ratio must be in [0, 1), got {self.mix_ratio}")
+        if self.mix_ratio > 0 and not self.mix_dataset:
+            raise ValueError("mix_ratio > 0 needs mix_dataset")
+
+
+def select(texts: list[str], lengths: list[int], correct: list[bool], scores: list[float], keep: str) -> list[int]:
+    """Indices of the completions to keep for one prompt (distinct texts only).
+
+    Example: texts [a, a, b], all correct, scores [1, 1, 2], keep="best" -> [2].
+    """
+    seen, ok = set(), []
+    for i, t in enumerate(texts):
+        if correct[i] and t not in seen:
+            seen.add(t)
+            ok.append(i)
+    if not ok or keep == "all_correct":
+        return ok
+    if keep == "best":
+        return [max(ok, key=lambda i: (scores[i], -lengths[i]))]
+    if keep == "shortest_correct":
+        return [min(ok, key=lambda i: lengths[i])]
+    raise ValueError(f"unknown keep '{keep}'; valid: {list(KEEP)}")
+
+
+def run_sample(cfg: SampleConfig) -> dict:
+    from tqdm.auto import tqdm
+
+    from .data.benchmarks import resolve_task
+    from .eval import CORRECT_AT
+    from .models import eos_ids, load_model, load_tokenizer
+    from .rewards import score_completions
+    from .rollout import HFEngine, SamplingParams
+
+    task = resolve_task(cfg.task)
+    mix = load_rows(cfg.mix_dataset, prompt_column=None) if cfg.mix_dataset else []
+    rows = task.load(cfg.split)[cfg.prompts_offset:]
+    rows = rows[:cfg.num_prompts] if cfg.num_prompts else rows
+    if not rows:
+        raise ValueError(f"no prompts left in {task.name}/{cfg.split} after offset {cfg.prompts_offset}")
+    tok, model = load_tokenizer(cfg.model), load_model(cfg.model, cfg.dtype)
+    engine = HFEngine(model, eos_ids(model, tok), tok.pad_token_id, cfg.batch_size)
+    params = SamplingParams(cfg.temperature, cfg.top_p, 0, cfg.max_new_tokens or task.max_completion_length)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    verifier, rewards = task.correct(), task.rewards()
+    weights = torch.tensor(task.reward_weights or [1.0] * len(rewards))
+    kept, per_prompt = [], []
+    per = max(1, cfg.batch_size // cfg.n)
+    for s in tqdm(range(0, len(rows), per), desc="sample", disable=not cfg.progress_bar):
+        part = rows[s:s + per]
+        out = engine.generate([encode_prompt(tok, r["prompt"]) for r in part], cfg.n, params, gen)
+        texts = tok.batch_decode(out.completion_ids, skip_special_tokens=True)
+        prompts = [r["prompt"] for r in part for _ in range(cfg.n)]
+        comps = [[{"role": "assistant", "content": t}] for t in texts] if is_conversational(part[0]["prompt"]) else texts
+        cols = {k: [r.get(k) for r in part for _ in range(cfg.n)] for k in part[0] if k != "prompt"}
+        right, _ = score_completions([verifier], prompts, comps, cols)
+        values, _ = score_completions(rewards, prompts, comps, cols)
+        score = torch.nan_to_num(values, nan=0.0) @ weights                        # [n*len(part)]
+        for j, row in enumerate(part):
+            sl = slice(j * cfg.n, (j + 1) * cfg.n)
+            ok = [bool(v >= CORRECT_AT) for v in right[sl, 0].tolist()]
+            picks = select(texts[sl], [len(c) for c in out.completion_ids[sl]], ok, score[sl].tolist(), cfg.keep)
+            per_prompt.append({"id": row.get("id"), "accepted": sum(ok) / cfg.n, "kept": len(picks)})
+            base = {k: v for k, v in row.items() if k != "completion"}
+            kept += [{**base, "completion": texts[sl][i], "reward": float(score[sl][i])} for i in picks]
+    n_mix = round(len(kept) * cfg.mix_ratio / (1 - cfg.mix_ratio)) if mix else 0
+    if n_mix > len(mix):
+        raise ValueError(f"mix_ratio {cfg.mix_ratio} needs {n_mix} rows from {cfg.mix_dataset}, which has {len(mix)}")
+    rng = random.Random(cfg.seed)
+    data = kept + rng.sample(mix, n_mix)
+    rng.shuffle(data)
+    out_dir = Path(cfg.output_dir)
+    write_jsonl(data, out_dir / "data.jsonl")
+    write_jsonl(per_prompt, out_dir / "per_prompt.jsonl")
+    stats = {"prompts": len(rows), "samples": len(rows) * cfg.n,
+             "acceptance_rate": sum(p["accepted"] for p in per_prompt) / len(per_prompt),
+             "prompts_with_a_verified_sample": sum(p["kept"] > 0 for p in per_prompt) / len(per_prompt),
+             "rows_kept": len(kept), "rows_mixed_in": n_mix, "data": str(out_dir / "data.jsonl")}
+    (out_dir / "stats.json").write_text(json.dumps(stats, indent=2))
+    return stats
+

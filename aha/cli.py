@@ -105,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         print(USAGE if not argv or argv[0] in ("-h", "--help") else f"unknown command '{argv[0]}'\n\n{USAGE}")
         return 0 if not argv or argv[0] in ("-h", "--help") else 2
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    from transformers.utils import logging as hf_logging
+    hf_logging.disable_progress_bar()  # per-file load/save bars drown the training progress bar
     try:
         result = COMMANDS[argv[0]](argv[1:])
     except (ConfigError, ValueError, FileNotFoundError, RuntimeError) as e:

@@ -189,6 +189,8 @@ def test_micro_batches_equal_one_big_batch(tiny_dir, tmp_path, monkeypatch):
     dict(advantage_estimator="rloo", loss_type="grpo", mask_truncated_completions=True),
     dict(advantage_estimator="batch", importance_sampling_level="sequence", num_iterations=2),
     dict(epsilon_high=0.28, delta=1.5, beta=0.01, kl_estimator="k2", num_iterations=2),
+    dict(gradient_checkpointing=True, beta=0.04, use_lora=True, lora_r=2),
+    dict(dtype="bfloat16", beta=0.04, kl_estimator="k1"),
 ])
 def test_variants_run(tiny_dir, tmp_path, kw):
     t = _run(tiny_dir, tmp_path, "v", max_steps=1, **kw)
@@ -208,3 +210,17 @@ def test_lora_uses_the_base_as_reference_and_saves_a_plain_model(tiny_dir, tmp_p
         merged_logits = reloaded(ids).logits
         assert not torch.allclose(merged_logits, base(ids).logits)
         torch.testing.assert_close(merged_logits, t.model(ids).logits, rtol=1e-4, atol=1e-4)
+
+
+def test_datasets_dataset_and_jsonl_path(tiny_dir, tmp_path):
+    import json
+
+    import datasets
+    ds = datasets.Dataset.from_list(PROMPTS)
+    t = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], args=args(tmp_path / "ds", max_steps=1), train_dataset=ds)
+    assert len(t.rows) == len(PROMPTS) and t.rows[0]["answer"] == PROMPTS[0]["answer"]
+    path = tmp_path / "data.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in PROMPTS))
+    t = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], args=args(tmp_path / "js", max_steps=1),
+                    train_dataset=str(path))
+    assert t.step()["reward/mean"] >= 0

@@ -83,6 +83,8 @@ class Trainer(abc.ABC):
         bar = tqdm(total=self.max_steps, initial=self.step_count, desc=type(self).__name__,
                    disable=not a.progress_bar, dynamic_ncols=True)
         metrics: dict[str, float] = {}
+        if self.eval_fn and self.eval_steps and self.step_count == 0:  # the starting point of the curve
+            logger.log(0, {f"eval/{k}": v for k, v in self.eval_fn(self.model, self.tokenizer).items()})
         try:
             while self.step_count < self.max_steps:
                 metrics = self.step()

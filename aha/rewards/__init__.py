@@ -1,0 +1,50 @@
+"""Verifiers: reward functions with TRL's signature `fn(prompts, completions, **columns) -> list[float | None]`.
+
+None means "not applicable / could not be computed": the trainer excludes and counts it. Configurable rewards
+are small classes; `get_reward(name, **kwargs)` builds one by name, and `require_format=True` gates any of
+them on the R1 format. `score_completions` runs a set of them on a batch.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from .base import Reward, completion_text
+from .code_tests import CodeReward, code_reward, extract_program, parse_tests
+from .countdown import CountdownReward, countdown_reward, countdown_value
+from .format import FormatGated, FormatReward, format_ok, format_reward
+from .length import LengthPenalty, SoftOverlongReward, length_penalty_reward, soft_overlong_reward
+from .maths import MathReward, answers_equal, extract_answer, math_reward
+from .sandbox import Limits, SandboxResult, isolation, run_tests
+from .scoring import check_columns, reward_name, score_completions
+
+REWARDS: dict[str, type | Callable] = {
+    "math": MathReward,
+    "format": FormatReward,
+    "countdown": CountdownReward,
+    "code": CodeReward,
+    "soft_overlong": SoftOverlongReward,
+    "length_penalty": LengthPenalty,
+}
+
+
+def get_reward(name: str, require_format: bool = False, **kwargs: Any) -> Callable:
+    """A configured reward by registry name; `require_format` wraps it in `FormatGated`.
+
+    >>> get_reward("math", answer_column="solution").required_columns
+    ('solution',)
+    """
+    if name not in REWARDS:
+        raise ValueError(f"unknown reward {name!r}; valid names: {', '.join(sorted(REWARDS))}")
+    reward = REWARDS[name](**kwargs)
+    return FormatGated(reward) if require_format else reward
+
+
+__all__ = [
+    "REWARDS", "get_reward", "score_completions", "check_columns", "reward_name", "Reward", "completion_text",
+    "MathReward", "math_reward", "extract_answer", "answers_equal",
+    "FormatReward", "FormatGated", "format_reward", "format_ok",
+    "CountdownReward", "countdown_reward", "countdown_value",
+    "SoftOverlongReward", "LengthPenalty", "soft_overlong_reward", "length_penalty_reward",
+    "CodeReward", "code_reward", "extract_program", "parse_tests",
+    "Limits", "SandboxResult", "isolation", "run_tests",
+]

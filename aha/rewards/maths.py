@@ -1,0 +1,334 @@
+"""Math answers: find the final answer in a completion (extraction), then decide if it equals the gold answer
+(comparison). Numbers are compared here, in-process; anything symbolic goes to math-verify in a pool of
+killable workers with a wall-clock limit and a memory cap, so `2^{10^{10}}` costs one timeout, not a hang."""
+from __future__ import annotations
+
+import os
+import re
+import sys
+import threading
+from fractions import Fraction
+from typing import Any
+
+from .base import Reward, completion_text
+from .pool import WorkerPool
+
+MAX_ANSWER_CHARS = 1000  # longer "answers" are wrong without a look: no real answer is a page long
+MAX_BOXES = 20  # more \boxed{} (or <answer>, or ####) than this is spraying, not answering
+TAIL_CHARS = 4000  # the last-number fallback looks only at the end of the text
+DEFAULT_TIMEOUT_S = 3.0
+DEFAULT_MEMORY_MB = 1024
+DEFAULT_BATCH_TIMEOUT_S = 60.0  # one call never takes longer, however many comparisons time out
+FLOAT_ROUNDING = 6  # decimal places, as math-verify: 1/3 == 0.333333
+
+_BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_BRACE = re.compile(r"[{}]")
+_LAST_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?")
+
+
+# ---------------------------------------------------------------- extraction
+
+def boxed_contents(text: str) -> list[str] | None:
+    """Contents of the top-level `\\boxed{...}` in order, nested braces matched; None if one never closes.
+
+    >>> boxed_contents(r"so \\boxed{\\frac{1}{2}} and \\boxed{3}")
+    ['\\\\frac{1}{2}', '3']
+    """
+    out: list[str] = []
+    pos = 0
+    for m in _BOXED.finditer(text):
+        if m.start() < pos:  # inside the previous box
+            continue
+        depth, end = 1, None
+        for b in _BRACE.finditer(text, m.end(), m.end() + MAX_ANSWER_CHARS + 1):
+            depth += 1 if b.group() == "{" else -1
+            if depth == 0:
+                end = b.start()
+                break
+        if end is None:
+            return None
+        out.append(text[m.end():end])
+        pos = end + 1
+        if len(out) > MAX_BOXES:
+            return None
+    return out
+
+
+def _tag_blocks(text: str, open_tag: str, close_tag: str) -> list[str]:
+    """Contents of every closed `open_tag ... close_tag` block (linear time, unlike a lazy regex)."""
+    blocks = []
+    for piece in text.split(open_tag)[1:]:
+        end = piece.find(close_tag)
+        if end >= 0:
+            blocks.append(piece[:end])
+    return blocks
+
+
+def _only(answers: list[str]) -> str | None:
+    """The single distinct answer, or None when there is none or several (a hedge earns nothing)."""
+    distinct = {a.strip() for a in answers}
+    return distinct.pop() if len(distinct) == 1 else None
+
+
+def extract_answer(text: str, last_number_fallback: bool = True) -> str | None:
+    """The final answer: the `<answer>` block (a `\\boxed{}` inside it wins), else the `\\boxed{}` content, else
+    GSM8K's `#### n`, else (optionally) the last number. Several different answers of one kind are a hedge: None.
+
+    >>> extract_answer(r"<think>...</think><answer>$\\boxed{\\frac{1}{2}}$</answer>")
+    '\\\\frac{1}{2}'
+    >>> extract_answer("Natalia sold 48 + 24 = 72 clips.\\n#### 72")
+    '72'
+    >>> extract_answer("so it is 12 cm.")
+    '12'
+    >>> extract_answer(r"\\boxed{3} or perhaps \\boxed{5}") is None
+    True
+    """
+    if not isinstance(text, str):
+        return None
+    if text.count("<answer>") > MAX_BOXES or text.count("####") > MAX_BOXES:
+        return None
+    if "<answer>" in text:
+        blocks = _tag_blocks(text, "<answer>", "</answer>")
+        if blocks:
+            answer = _only(blocks)
+            if answer is None:
+                return None
+            boxes = boxed_contents(answer)
+            if boxes is None:
+                return None
+            return _clean_outer(_only(boxes) if boxes else answer)
+    boxes = boxed_contents(text)
+    if boxes is None:
+        return None
+    if boxes:
+        return _clean_outer(_only(boxes))
+    if "####" in text:
+        return _clean_outer(_only([block.split("\n", 1)[0] for block in text.split("####")[1:]]))
+    if last_number_fallback:
+        tail_start = max(0, len(text) - TAIL_CHARS)
+        last = None
+        for last in _LAST_NUMBER.finditer(text, tail_start):
+            pass
+        if last is not None and not (last.start() == tail_start > 0 and text[tail_start - 1].isdigit()):
+            return last.group().rstrip(",")
+    return None
+
+
+def _clean_outer(answer: str | None) -> str | None:
+    """Strip the wrapping a model puts around an answer: spaces, `$...$`, `\\(...\\)`, a final period."""
+    if answer is None:
+        return None
+    a = answer.strip()
+    for left, right in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
+        if len(a) >= len(left) + len(right) and a.startswith(left) and a.endswith(right):
+            a = a[len(left):len(a) - len(right)].strip()
+    return a.rstrip(".").strip() or None
+
+
+def gold_answer(gold: Any) -> str | None:
+    """The answer in a dataset's gold column: a bare answer, a solution with `\\boxed{}` (the last one counts),
+    or a GSM8K solution ending in `#### n`. None when there is nothing to compare with (a data error).
+
+    >>> gold_answer("Natalia sold 48/2 = 24 clips in May.\\n#### 72")
+    '72'
+    """
+    if gold is None or isinstance(gold, bool):
+        return None
+    text = str(gold).strip()
+    boxes = boxed_contents(text)
+    if boxes:
+        return _clean_outer(boxes[-1])
+    if "####" in text:
+        return _clean_outer(text.rsplit("####", 1)[1].split("\n", 1)[0])
+    return _clean_outer(text)
+
+
+# ---------------------------------------------------------------- comparison
+
+_TEXT_WRAP = re.compile(r"\\(?:text|textbf|textrm|mathrm|mbox)\s*\{([^{}]*)\}")
+_NUMBER = re.compile(r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[+-]?\.\d+")
+_UNIT = re.compile(r"(?:[a-zA-Z]{2,}\.?)(?:\s+[a-zA-Z]+\.?)*")
+_FRAC = re.compile(r"([+-]?)\\frac\{([+-]?\d+)\}\{(\d+)\}|([+-]?\d+)/(\d+)")
+_NOT_UNITS = {"pi", "sqrt", "ln", "log", "sin", "cos", "tan", "exp", "cdot", "times", "infty", "or", "and"}
+
+
+def _normalise(s: str) -> str:
+    """Cosmetic LaTeX that never changes a value: spacing, \\left/\\right, dfrac, \\text{}, degrees, \\$."""
+    s = _TEXT_WRAP.sub(r" \1 ", s)
+    for old, new in (("\\dfrac", "\\frac"), ("\\tfrac", "\\frac"), ("\\left", ""), ("\\right", ""), ("\\!", ""),
+                     ("\\,", " "), ("\\;", " "), ("\\ ", " "), ("~", " "), ("^{\\circ}", ""), ("^\\circ", ""),
+                     ("\\%", "%"), ("\\$", ""), ("\u2212", "-")):
+        s = s.replace(old, new)
+    return " ".join(s.split()).rstrip(".").strip()
+
+
+def parse_number(answer: str) -> tuple[Fraction, bool] | None:
+    """(value, is_percent) of a plain number, possibly with thousands commas, a currency sign, a percent sign,
+    a unit word, or a simple fraction; None for anything else (that is math-verify's job).
+
+    >>> parse_number("$1,000.50")
+    (Fraction(2001, 2), False)
+    >>> parse_number("12 cm")
+    (Fraction(12, 1), False)
+    >>> parse_number("-\\\\frac{3}{4}")
+    (Fraction(-3, 4), False)
+    """
+    s = _normalise(answer).lstrip("$").strip()
+    if len(s) > 64:
+        return None
+    percent = s.endswith("%")
+    s = s.rstrip("%").strip()
+    m = _FRAC.fullmatch(s)
+    if m:
+        sign, num, den = (m.group(1), m.group(2), m.group(3)) if m.group(2) else ("", m.group(4), m.group(5))
+        if int(den) == 0:
+            return None
+        value = Fraction(int(num), int(den))
+        return (-value if sign == "-" else value), percent
+    m = _NUMBER.match(s)
+    if not m:
+        return None
+    rest = s[m.end():].strip()
+    if rest:
+        if percent or not _UNIT.fullmatch(rest) or any(w.rstrip(".").lower() in _NOT_UNITS for w in rest.split()):
+            return None
+    return Fraction(m.group().replace(",", "")), percent
+
+
+def _same_number(a: Fraction, b: Fraction) -> bool:
+    if a == b:
+        return True
+    if a.denominator == 1 and b.denominator == 1:
+        return False
+    return round(a, FLOAT_ROUNDING) == round(b, FLOAT_ROUNDING)
+
+
+def fast_verdict(pred: str, gold: str) -> bool | None:
+    """Decide without sympy when possible: identical after cosmetic normalisation, or both plain numbers.
+    None means undecided (symbolic). A percent matches its number and its fraction: 50% == 50 == 0.5.
+
+    >>> fast_verdict("1,000", "1000"), fast_verdict("42.0", "42"), fast_verdict("0.5", "1/2"), fast_verdict("41", "42")
+    (True, True, True, False)
+    >>> fast_verdict("\\\\sqrt{4}", "2") is None
+    True
+    """
+    if len(pred) > MAX_ANSWER_CHARS:
+        return False
+    if _normalise(pred).replace(" ", "") == _normalise(gold).replace(" ", ""):
+        return True
+    p, g = parse_number(pred), parse_number(gold)
+    if p is None or g is None:
+        return None
+    (pv, pp), (gv, gp) = p, g
+    pvals = {pv, pv / 100} if pp and not gp else {pv}
+    gvals = {gv, gv / 100} if gp and not pp else {gv}
+    return any(_same_number(x, y) for x in pvals for y in gvals)
+
+
+_POOLS: dict[tuple[int, int], WorkerPool] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def symbolic_pool(memory_mb: int = DEFAULT_MEMORY_MB) -> WorkerPool:
+    """The shared math-verify pool for this memory cap (one per process, started on first use)."""
+    key = (os.getpid(), memory_mb)  # a forked trainer process gets its own workers
+    with _POOLS_LOCK:
+        if key not in _POOLS:
+            worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_math_worker.py")
+            _POOLS[key] = WorkerPool([sys.executable, "-I", worker, str(memory_mb), str(os.getpid())])
+        return _POOLS[key]
+
+
+def compare_answers(pairs: list[tuple[str, str]], timeout_s: float = DEFAULT_TIMEOUT_S,
+                    memory_mb: int = DEFAULT_MEMORY_MB,
+                    batch_timeout_s: float = DEFAULT_BATCH_TIMEOUT_S) -> list[tuple[bool | None, str]]:
+    """(verdict, how) for each (pred, gold): verdict None when the gold answer does not parse; how is "fast",
+    "symbolic", "timeout" (a time or memory limit hit, or the batch ran out of time: wrong), or "error" (the
+    pool could not run: None)."""
+    out: list[tuple[bool | None, str] | None] = []
+    symbolic: dict[tuple[str, str], list[int]] = {}
+    for i, (pred, gold) in enumerate(pairs):
+        verdict = fast_verdict(pred, gold)
+        out.append(None if verdict is None else (verdict, "fast"))
+        if verdict is None:
+            symbolic.setdefault((pred, gold), []).append(i)  # GRPO groups repeat answers: judge each pair once
+    if symbolic:
+        keys = list(symbolic)
+        replies = symbolic_pool(memory_mb).map([{"pred": p, "gold": g} for p, g in keys], timeout_s, batch_timeout_s)
+        for key, (status, reply) in zip(keys, replies):
+            if status == "ok" and "limit" not in reply:
+                result = (bool(reply["equal"]) if reply["gold_ok"] else None, "symbolic")
+            elif status in ("ok", "timeout", "crash"):
+                result = (False, "timeout")
+            else:
+                result = (None, "error")
+            for i in symbolic[key]:
+                out[i] = result
+    return out  # type: ignore[return-value]
+
+
+def answers_equal(pred: str, gold: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> bool | None:
+    """Is `pred` the same answer as `gold`? None when `gold` cannot be parsed (or the pool cannot run).
+
+    >>> answers_equal("1,000", "1000")
+    True
+    """
+    if pred is None:
+        return False
+    gold_text = gold_answer(gold)
+    if gold_text is None:
+        return None
+    return compare_answers([(str(pred), gold_text)], timeout_s)[0][0]
+
+
+# ---------------------------------------------------------------- reward
+
+class MathReward(Reward):
+    """1.0 when the completion's final answer equals the gold answer in `answer_column`, else 0.0; None (and a
+    `data_errors` count) when the gold answer cannot be parsed. A symbolic comparison gets `timeout_s` of wall
+    clock and `memory_mb` of address space, a whole call `batch_timeout_s`; one cut off is wrong and counts in
+    `timeouts`.
+
+    >>> MathReward()(["1+1?"], ["<answer>2</answer>"], answer=["2"])
+    [1.0]
+    """
+
+    name = "math"
+
+    def __init__(self, answer_column: str = "answer", last_number_fallback: bool = True,
+                 timeout_s: float = DEFAULT_TIMEOUT_S, memory_mb: int = DEFAULT_MEMORY_MB,
+                 batch_timeout_s: float = DEFAULT_BATCH_TIMEOUT_S):
+        super().__init__()
+        self.answer_column = answer_column
+        self.last_number_fallback = last_number_fallback
+        self.timeout_s = timeout_s
+        self.memory_mb = memory_mb
+        self.batch_timeout_s = batch_timeout_s
+        self.required_columns = (answer_column,)
+
+    def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float | None]:
+        golds = kwargs[self.answer_column]
+        if len(golds) != len(completions):
+            raise ValueError(f"column {self.answer_column!r} has {len(golds)} rows for {len(completions)} completions")
+        rewards: list[float | None] = [0.0] * len(completions)
+        pairs, where = [], []
+        for i, (completion, gold) in enumerate(zip(completions, golds)):
+            gold_text = gold_answer(gold)
+            if gold_text is None:
+                rewards[i] = None
+                self.count("data_errors")
+                continue
+            pred = extract_answer(completion_text(completion), self.last_number_fallback)
+            if pred is not None:
+                pairs.append((pred, gold_text))
+                where.append(i)
+        for i, (verdict, how) in zip(where, compare_answers(pairs, self.timeout_s, self.memory_mb,
+                                                                  self.batch_timeout_s)):
+            rewards[i] = None if verdict is None else float(verdict)
+            self.count("timeouts", how == "timeout")
+            self.count("data_errors", verdict is None and how == "symbolic")
+            self.count("errors", how == "error")
+        return rewards
+
+
+math_reward = MathReward()

@@ -1,0 +1,232 @@
+"""A pool of worker processes whose tasks have a wall-clock limit: a worker that overruns is SIGKILLed and
+replaced, so one exponent tower cannot stall the trainer.
+
+Workers are forked from a *zygote*: one interpreter, started once, that imports and warms the heavy libraries
+and then forks a worker per request (a few milliseconds, where a fresh interpreter importing sympy takes
+seconds). The zygote is a separate program, not a fork of the trainer, which holds CUDA and threads. Each
+worker talks JSON lines over its own socket; the zygote reaps the dead ones."""
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import math
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+START_TIMEOUT_S = 120.0  # the zygote imports sympy; on a loaded 2-core machine that can take a while
+MAX_CRASHES = 2  # a task whose worker dies this often is reported as a crash
+
+
+def default_size() -> int:
+    """One worker per usable core."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+class _Zygote:
+    """The process that forks workers: `fork()` hands it one end of a new socket pair, gets the worker's pid."""
+
+    def __init__(self, argv: list[str]):
+        self.ctl, theirs = socket.socketpair()
+        self.proc = subprocess.Popen(argv, stdin=theirs, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     start_new_session=True)  # no SIGINT from the terminal's Ctrl-C
+        theirs.close()
+        self.ctl.settimeout(START_TIMEOUT_S)
+        self.reader = self.ctl.makefile("rb")
+        if self.reader.readline().strip() != b"ready":
+            raise OSError(f"worker zygote {argv} did not start")
+
+    def fork(self) -> tuple[int, socket.socket]:
+        ours, theirs = socket.socketpair()
+        try:
+            socket.send_fds(self.ctl, [b"fork"], [theirs.fileno()])
+            pid = int(self.reader.readline())
+        except (OSError, ValueError):
+            ours.close()
+            raise OSError("worker zygote is gone") from None
+        finally:
+            theirs.close()
+        return pid, ours
+
+    def close(self) -> None:
+        for closing in (self.reader.close, self.ctl.close, self.proc.kill, self.proc.wait):
+            try:
+                closing()
+            except OSError:
+                pass
+
+
+class _Worker:
+    def __init__(self, pid: int, sock: socket.socket):
+        self.pid, self.sock = pid, sock
+        self.fd = sock.fileno()
+        sock.setblocking(False)
+        self.buf = b""
+        self.ready = False
+        self.dead = False  # saw end of file: reaped by the zygote, its pid may already be someone else's
+        self.task: int | None = None  # index of the task in flight
+        self.deadline = 0.0
+
+    def send(self, obj: Any) -> None:
+        self.sock.setblocking(True)
+        try:
+            self.sock.sendall((json.dumps(obj) + "\n").encode())
+        finally:
+            self.sock.setblocking(False)
+
+    def read_lines(self) -> list[bytes] | None:
+        """Complete lines available now; None at end of file (the worker died)."""
+        try:
+            chunk = self.sock.recv(1 << 16)
+        except BlockingIOError:
+            return []
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self.dead = True
+            return None
+        self.buf += chunk
+        *lines, self.buf = self.buf.split(b"\n")
+        return lines
+
+    def kill(self) -> None:
+        if not self.dead:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except OSError:
+                pass
+        self.sock.close()
+
+
+class WorkerPool:
+    """`map(tasks, timeout_s)` runs JSON tasks on the workers and returns, per task, ("ok", reply),
+    ("timeout", None) when it ran past `timeout_s` of its own wall clock (or the call ran past `budget_s`),
+    ("crash", None) when its worker died twice, or ("error", None) when no worker could be started.
+    Thread-safe (calls are serialised); reusable; shut down at interpreter exit."""
+
+    def __init__(self, argv: list[str], size: int | None = None):
+        self.argv = list(argv)
+        self.size = size or default_size()
+        self._zygote: _Zygote | None = None
+        self._workers: list[_Worker] = []
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        # The zygote dies with the thread that started it (PR_SET_PDEATHSIG), so one long-lived thread starts
+        # it: not whichever short-lived thread happened to call map().
+        self._spawner = ThreadPoolExecutor(1, thread_name_prefix="aha-pool-spawner")
+        atexit.register(self.close)
+
+    def map(self, tasks: list[Any], timeout_s: float, budget_s: float = math.inf) -> list[tuple[str, Any]]:
+        with self._lock:
+            return self._map(tasks, timeout_s, time.monotonic() + budget_s)
+
+    def _spawn(self) -> _Worker | None:
+        for _ in range(2):  # a dead zygote is restarted once
+            try:
+                if self._zygote is None:
+                    self._zygote = self._spawner.submit(_Zygote, self.argv).result()
+                return _Worker(*self._zygote.fork())
+            except OSError as e:
+                logger.warning("%s; restarting it", e)
+                if self._zygote is not None:
+                    self._zygote.close()
+                self._zygote = None
+        logger.error("cannot start workers for %s", self.argv)
+        return None
+
+    def _map(self, tasks: list[Any], timeout_s: float, budget_end: float) -> list[tuple[str, Any]]:
+        results: list[tuple[str, Any] | None] = [None] * len(tasks)
+        todo = list(range(len(tasks)))[::-1]  # pop() takes from the front of the batch
+        crashes = [0] * len(tasks)
+        stillborn = 0  # workers that died before saying ready
+        sel = selectors.DefaultSelector()
+
+        def spawn() -> bool:
+            w = self._spawn()
+            if w is not None:
+                self._workers.append(w)
+                sel.register(w.fd, selectors.EVENT_READ, w)
+            return w is not None
+
+        def replace(w: _Worker) -> None:
+            sel.unregister(w.fd)
+            w.kill()
+            self._workers.remove(w)
+            spawn()
+
+        for w in self._workers:
+            sel.register(w.fd, selectors.EVENT_READ, w)
+        while len(self._workers) < self.size and spawn():
+            pass
+        try:
+            while todo or any(w.task is not None for w in self._workers):
+                now = time.monotonic()
+                if not self._workers or now > budget_end or stillborn > len(tasks) + self.size:
+                    for w in [w for w in self._workers if w.task is not None]:
+                        results[w.task] = ("timeout", None)
+                        replace(w)
+                    for i in todo:
+                        results[i] = ("timeout", None) if now > budget_end else ("error", None)
+                    break
+                for w in list(self._workers):  # hand out work
+                    if w.ready and w.task is None and todo:
+                        try:
+                            w.send(tasks[todo[-1]])
+                        except OSError:  # died while idle; the task waits for the next worker
+                            w.dead = True
+                            replace(w)
+                            continue
+                        w.task, w.deadline = todo.pop(), time.monotonic() + timeout_s
+                waits = [budget_end - now] + [w.deadline - now for w in self._workers if w.task is not None]
+                for key, _ in sel.select(timeout=max(0.0, min(waits + [1.0]))):
+                    w = key.data
+                    lines = w.read_lines()
+                    if lines is None:  # end of file: the worker is gone
+                        stillborn += not w.ready
+                        if w.task is not None:
+                            crashes[w.task] += 1
+                            if crashes[w.task] < MAX_CRASHES:  # perhaps killed from outside: try once more
+                                todo.append(w.task)
+                            else:
+                                results[w.task] = ("crash", None)
+                        replace(w)
+                        continue
+                    for line in lines:
+                        if not w.ready:
+                            w.ready = line.strip() == b"ready"
+                        elif w.task is not None:
+                            try:
+                                results[w.task] = ("ok", json.loads(line))
+                            except ValueError:
+                                results[w.task] = ("crash", None)
+                            w.task = None
+                now = time.monotonic()
+                for w in list(self._workers):
+                    if w.task is not None and now > w.deadline:
+                        results[w.task] = ("timeout", None)
+                        replace(w)
+        finally:
+            sel.close()
+        return [r if r is not None else ("error", None) for r in results]
+
+    def close(self) -> None:
+        if os.getpid() != self._pid:  # a forked child must not kill its parent's workers
+            return
+        for w in self._workers:
+            w.kill()
+        self._workers.clear()
+        if self._zygote is not None:
+            self._zygote.close()
+            self._zygote = None

@@ -1,0 +1,127 @@
+"""Calling a set of reward functions on one batch: the [N, F] reward matrix the trainer weights and sums,
+plus metrics. A function that raises is excluded (NaN) and counted, never allowed to kill the run; a
+function that is misconfigured (wrong length, missing dataset column) stops it with a clear message."""
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import math
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Iterable
+
+logger = logging.getLogger(__name__)
+
+TRL_ARGUMENTS = {"prompts", "completions", "completion_ids", "trainer_state"}
+_LOGGED: set[str] = set()  # functions whose traceback was already logged
+_LOGGED_LOCK = threading.Lock()
+
+
+def reward_name(fn: Callable) -> str:
+    """The name TRL would give the function's metrics."""
+    name = getattr(fn, "__name__", None) or getattr(getattr(fn, "func", None), "__name__", None)
+    return name or type(fn).__name__
+
+
+def needed_columns(fn: Callable) -> list[str]:
+    """Dataset columns `fn` needs: its `required_columns` and its required named parameters."""
+    cols = list(getattr(fn, "required_columns", ()) or ())
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return cols
+    for p in params:
+        if (p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+                and p.name not in TRL_ARGUMENTS and p.name not in cols):
+            cols.append(p.name)
+    return cols
+
+
+def _missing_column(fn: Callable, column: str, columns: Iterable[str]) -> ValueError:
+    have = ", ".join(sorted(columns)) or "(no columns)"
+    return ValueError(f"reward function {reward_name(fn)} needs dataset column {column!r}; the dataset has: {have}")
+
+
+def check_columns(reward_funcs: list[Callable], columns: Iterable[str]) -> None:
+    """Raise before training when a reward needs a column the dataset lacks."""
+    columns = set(columns)
+    for fn in reward_funcs:
+        for col in needed_columns(fn):
+            if col not in columns:
+                raise _missing_column(fn, col, columns)
+
+
+def _is_async(fn: Callable) -> bool:
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
+
+
+def _as_float(v: Any) -> float:
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return math.nan
+    return x if math.isfinite(x) else math.nan
+
+
+def score_completions(reward_funcs: list[Callable], prompts: list, completions: list, columns: dict[str, list],
+                      completion_ids: list | None = None) -> tuple[Any, dict[str, float]]:
+    """Rewards [N, F] (float32, NaN where a value is None, non-finite, or its function raised) and metrics:
+    `reward/errors` (raised calls), `reward/none_frac/<name>` (share of NaN in the column), and each function's
+    `pop_metrics()` as `reward/<key>`, summed over functions.
+
+    Async functions are awaited together (asyncio.gather) on a helper thread while the sync ones run one after
+    another on the calling thread: verifiers parallelise their own batches, and libraries such as math-verify
+    use signal-based timeouts that only work on the main thread."""
+    import torch  # here, so that the verifiers themselves import without torch
+
+    n = len(completions)
+    kwargs: dict[str, Any] = dict(columns)
+    if completion_ids is not None:
+        kwargs["completion_ids"] = completion_ids
+    outcomes: list[Any] = [None] * len(reward_funcs)
+    async_idx = [i for i, fn in enumerate(reward_funcs) if _is_async(fn)]
+
+    async def gather() -> list:
+        calls = [reward_funcs[i](prompts=prompts, completions=completions, **kwargs) for i in async_idx]
+        return await asyncio.gather(*calls, return_exceptions=True)
+
+    with ThreadPoolExecutor(1, thread_name_prefix="aha-async-rewards") as ex:
+        async_future = ex.submit(asyncio.run, gather()) if async_idx else None
+        for i, fn in enumerate(reward_funcs):
+            if i not in async_idx:
+                try:
+                    outcomes[i] = fn(prompts=prompts, completions=completions, **kwargs)
+                except Exception as e:  # noqa: BLE001 - any failure is excluded and counted
+                    outcomes[i] = e
+        if async_future is not None:
+            for i, value in zip(async_idx, async_future.result()):
+                outcomes[i] = value
+
+    rewards = torch.full((n, len(reward_funcs)), math.nan, dtype=torch.float32)  # [N, F]
+    metrics: dict[str, float] = {"reward/errors": 0.0}
+    for j, (fn, outcome) in enumerate(zip(reward_funcs, outcomes)):
+        name = reward_name(fn)
+        if isinstance(outcome, KeyError) and outcome.args and outcome.args[0] not in kwargs:
+            raise _missing_column(fn, outcome.args[0], columns) from outcome
+        if isinstance(outcome, BaseException):
+            if not isinstance(outcome, Exception):
+                raise outcome  # KeyboardInterrupt, SystemExit: not ours to swallow
+            metrics["reward/errors"] += 1
+            with _LOGGED_LOCK:
+                first = name not in _LOGGED
+                _LOGGED.add(name)
+            if first:
+                logger.error("reward function %s raised; its rewards are NaN for this batch", name,
+                             exc_info=(type(outcome), outcome, outcome.__traceback__))
+        else:
+            values = list(outcome)
+            if len(values) != n:
+                raise ValueError(f"reward function {name} returned {len(values)} values, expected {n}")
+            rewards[:, j] = torch.tensor([_as_float(v) for v in values], dtype=torch.float32)
+        metrics[f"reward/none_frac/{name}"] = rewards[:, j].isnan().float().mean().item() if n else 0.0
+        pop = getattr(fn, "pop_metrics", None)
+        if callable(pop):
+            for key, value in pop().items():
+                metrics[f"reward/{key}"] = metrics.get(f"reward/{key}", 0.0) + float(value)
+    return rewards, metrics

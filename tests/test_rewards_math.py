@@ -1,0 +1,167 @@
+"""Math verifier: a known-answer table (completion, gold, expected reward), extraction, the fast path, the
+killable pool, and hostile inputs. benchmarks/rewards_bench.py reports accuracy on the same table."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from aha.rewards import MathReward, answers_equal, extract_answer
+from aha.rewards.maths import compare_answers, fast_verdict, gold_answer, symbolic_pool
+
+GSM8K_GOLD = ("Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n"
+              "Natalia sold 48+24 = <<48+24=72>>72 clips altogether in April and May.\n#### 72")
+
+# (completion, gold, expected reward)
+MATH_CASES: list[tuple[str, str, float]] = [
+    # fractions
+    (r"so \boxed{\frac{1}{2}}", "0.5", 1), (r"\boxed{\dfrac{3}{4}}", r"\frac{3}{4}", 1),
+    (r"\boxed{0.75}", r"\frac34", 1), (r"\boxed{3/4}", r"\frac{3}{4}", 1), (r"\boxed{\frac{2}{4}}", r"\frac{1}{2}", 1),
+    (r"\boxed{-\frac{1}{2}}", r"-\frac12", 1), (r"\boxed{\frac{1}{3}}", "0.333", 0), (r"\boxed{\frac{2}{1}}", r"\frac{1}{2}", 0),
+    (r"\boxed{\frac{1}{2}}", r"\frac{1}{3}", 0),
+    # LaTeX forms
+    (r"\boxed{2\sqrt{2}}", r"\sqrt{8}", 1), (r"\boxed{\sqrt{2}}", r"2\sqrt{2}", 0), (r"\boxed{2\pi}", r"\pi", 0),
+    (r"\boxed{x^2+2x+1}", r"(x+1)^2", 1), (r"\boxed{x^2+1}", r"(x+1)^2", 0),
+    (r"\boxed{\left( 3, \frac{\pi}{2} \right)}", r"\left( 3, \frac{\pi}{2} \right)", 1),
+    (r"\boxed{(3, \frac{\pi}{2})}", r"\left( 3, \frac{\pi}{2} \right)", 1), (r"\boxed{90^\circ}", "90", 1),
+    (r"\boxed{\text{(C)}}", r"\text{(C)}", 1), (r"\boxed{10^{3}}", "1000", 1), (r"\boxed{3i+2}", "2+3i", 1),
+    (r"\boxed{\begin{pmatrix} 1 \\ 2 \end{pmatrix}}", r"\begin{pmatrix} 1 \\ 2 \end{pmatrix}", 1),
+    (r"\boxed{\sqrt{4}}", "2", 1), (r"\boxed{\log_2 8}", "3", 1), (r"\boxed{\binom{5}{2}}", "10", 1), (r"\boxed{5!}", "120", 1),
+    (r"\boxed{\{1, 2\}}", r"\{2, 1\}", 1), (r"\boxed{\{1, 2\}}", r"\{1, 3\}", 0), (r"\boxed{y = 2x + 1}", r"y=2x+1", 1),
+    (r"\boxed{\frac{\sqrt{3}}{2}}", r"\frac{\sqrt3}{2}", 1), (r"\boxed{0.8660}", r"\frac{\sqrt{3}}{2}", 0),
+    (r"\boxed{\infty}", r"\infty", 1), (r"\boxed{\text{Monday}}", r"\text{Monday}", 1), (r"\boxed{\text{Tuesday}}", r"\text{Monday}", 0),
+    # intervals
+    (r"\boxed{(1, 2]}", r"(1,2]", 1), (r"\boxed{[1, 2)}", r"(1,2]", 0), (r"\boxed{(-\infty, 3)}", r"(-\infty,3)", 1),
+    (r"\boxed{(-\infty, 3]}", r"(-\infty,3)", 0), (r"\boxed{x \in [2, 5]}", r"[2,5]", 1),
+    (r"\boxed{[2,5] \cup [7, 8)}", r"[2,5]\cup[7,8)", 1),
+    # units, currency, percentages, thousands
+    (r"\boxed{12 \text{ cm}}", "12", 1), ("The answer is 12 cm.", "12", 1), (r"\boxed{\$18.90}", "18.9", 1),
+    (r"\boxed{50\%}", "50", 1), (r"\boxed{50\%}", "0.5", 1), (r"\boxed{5\%}", "50", 0), (r"\boxed{1,000}", "1000", 1),
+    (r"\boxed{12\text{ inches}}", r"12 \text{ inches}", 1),
+    # GSM8K
+    ("She has 48 + 24 = 72 clips.\n#### 72", GSM8K_GOLD, 1), ("#### 1,080", "So 1080.\n#### 1080", 1),
+    ("#### 72.00", "#### 72", 1), ("So the total is $18.", "#### 18", 1), ("#### 71", GSM8K_GOLD, 0),
+    ("So it is 7 dollars.\n#### 7 dollars", "#### 7", 1),
+    # <answer> tags
+    ("<think>6*7</think><answer>42</answer>", "42", 1), ("<think>.</think><answer>x = 5</answer>", "5", 1),
+    ("<think>.</think><answer>$\\boxed{7}$</answer>", "7", 1),
+    # wrong answers that look right, hedges, candidates
+    (r"\boxed{1,2}", "12", 0), (r"\boxed{0.05}", "0.5", 0), (r"\boxed{-5}", "5", 0), (r"\boxed{100}", "1000", 0),
+    (r"\boxed{3x}", "3", 0), (r"\boxed{3} or maybe \boxed{5}", "5", 0), (r"\boxed{3, 5, 7}", "5", 0),
+    ("<answer>3 or 5</answer>", "5", 0), ("<answer>Either 3, or maybe 5</answer>", "5", 0),
+    ("<answer>5</answer><answer>7</answer>", "5", 0), ("No answer here.", "5", 0),
+    (r"First \boxed{5}, so the final answer is \boxed{5}.", "5", 1),
+]
+
+
+@pytest.fixture(scope="module")
+def reward() -> MathReward:
+    return MathReward()
+
+
+def test_known_answer_table(reward):
+    assert len(MATH_CASES) >= 40
+    got = reward(None, [c for c, _, _ in MATH_CASES], answer=[g for _, g, _ in MATH_CASES])
+    wrong = [(c, g, e, v) for (c, g, e), v in zip(MATH_CASES, got) if v != e]
+    assert wrong == []
+    assert reward.pop_metrics().get("timeouts", 0) == 0
+
+
+@pytest.mark.parametrize("text, expected", [
+    (r"so \boxed{\frac{a}{\frac{b}{c}}} done", r"\frac{a}{\frac{b}{c}}"),  # nested braces
+    ("<think>x</think><answer> 42. </answer>", "42"),
+    ("<answer>$\\frac12$</answer>", "\\frac12"),
+    ("ends with #### 1,234\n", "1,234"),
+    ("the answer is -3.5, I think", "-3.5"),
+    (r"\boxed{5} and again \boxed{5}", "5"),
+    (r"\boxed{3} \boxed{4}", None), ("<answer>3</answer><answer>4</answer>", None),
+    (r"\boxed{unclosed", None), ("no numbers", None), ("\\boxed{}" * 500, None),
+])
+def test_extract_answer(text, expected):
+    assert extract_answer(text) == expected
+
+
+def test_last_number_fallback_can_be_switched_off():
+    assert extract_answer("it is 12", last_number_fallback=False) is None
+    reward = MathReward(last_number_fallback=False)
+    assert reward(None, ["it is 12", r"\boxed{12}"], answer=["12", "12"]) == [0.0, 1.0]
+
+
+def test_chat_completions_and_extra_kwargs(reward):
+    out = reward([[{"role": "user", "content": "q"}]], [[{"role": "assistant", "content": r"\boxed{7}"}]],
+                 answer=["7"], completion_ids=[[1, 2]], trainer_state=None)
+    assert out == [1.0]
+
+
+def test_numeric_comparisons_never_touch_the_pool(monkeypatch):
+    def no_pool(*args, **kwargs):
+        raise AssertionError("numeric comparison went to the pool")
+    monkeypatch.setattr("aha.rewards.maths.symbolic_pool", no_pool)
+    pairs = [("42", "42.0"), ("1,000", "1000"), ("$1,000.00", "1000"), ("50%", "0.5"), ("3/4", "0.75"),
+             ("\\frac{1}{3}", "0.333333"), ("12 cm", "12"), ("7", "8")]
+    assert [v for v, _ in compare_answers(pairs)] == [True] * 7 + [False]
+    assert fast_verdict("12345678901234567890", "12345678901234567891") is False  # exact, not float
+
+
+def test_unparseable_gold_is_a_data_error_not_a_reward(reward):
+    assert gold_answer(None) is None and gold_answer("  ") is None
+    out = reward(None, ["\\boxed{5}", "\\boxed{5}", "\\boxed{5}"], answer=[None, "\\frac{1}{", "5"])
+    assert out == [None, None, 1.0]
+    assert reward.pop_metrics()["data_errors"] == 2
+    assert answers_equal("5", "\\frac{1}{") is None
+
+
+@pytest.mark.parametrize("name, completion", [
+    ("exponent tower", r"\boxed{2^{10^{10}}}"),
+    ("huge factorial", r"\boxed{(10^{10})!}"),
+    ("9999!", r"\boxed{9999!}"),
+    ("10 MB string", "7" * 10_000_000),
+    ("10 MB of answer tags", "<answer>" * 1_250_000),
+    ("10 MB box", "\\boxed{" + "{" * 10_000_000),
+    ("1000 nested fractions", "\\boxed{" + "\\frac{1}{" * 1000 + "2" + "}" * 1000 + "}"),
+    ("deep nesting within the length cap", "\\boxed{" + "\\sqrt{" * 100 + "2" + "}" * 100 + "}"),
+    ("500 boxes", "\\boxed{}" * 500),
+])
+def test_hostile_math_is_judged_within_the_limit(name, completion):
+    reward = MathReward(timeout_s=1.0)
+    reward(None, ["\\boxed{\\sqrt{4}}"], answer=["2"])  # a warm pool: start-up is not the thing measured
+    start = time.monotonic()
+    assert reward(None, [completion], answer=["5"]) == [0.0]
+    assert time.monotonic() - start < 1.0 + 1.5, name
+
+
+def test_timeouts_are_counted_and_the_pool_recovers():
+    reward = MathReward(timeout_s=1.0)
+    out = reward(None, [r"\boxed{2^{10^{10}}}", r"\boxed{\sqrt{9}}", r"\boxed{10^{10^{10}}}"], answer=["5", "3", "7"])
+    assert out == [0.0, 1.0, 0.0]
+    assert reward.pop_metrics()["timeouts"] == 2
+    assert reward(None, [r"\boxed{\sqrt{16}}"], answer=["4"]) == [1.0]  # killed workers were replaced
+
+
+def test_a_batch_of_towers_is_bounded_by_the_batch_timeout():
+    MathReward()(None, ["\\boxed{\\sqrt{4}}"], answer=["2"])  # a warm pool
+    reward = MathReward(timeout_s=1.0, batch_timeout_s=1.5)
+    start = time.monotonic()
+    out = reward(None, [rf"\boxed{{{k}^{{10^{{10}}}}}}" for k in range(2, 10)], answer=["5"] * 8)
+    assert out == [0.0] * 8 and time.monotonic() - start < 3.0
+    assert reward.pop_metrics()["timeouts"] == 8
+
+
+def test_pool_recovers_when_a_worker_is_killed_from_outside():
+    import os
+    import signal
+    pool = symbolic_pool()
+    assert pool.map([{"pred": "1", "gold": "1"}], 5.0)[0][0] == "ok"
+    for w in list(pool._workers):
+        os.kill(w.pid, signal.SIGKILL)
+    assert pool.map([{"pred": r"\sqrt{4}", "gold": "2"}], 5.0) == [("ok", {"gold_ok": True, "equal": True})]
+
+
+def test_workers_run_under_the_memory_cap():
+    pool = symbolic_pool(memory_mb=512)
+    assert pool.map([{"pred": "2", "gold": "2"}], 30.0)[0][0] == "ok"
+    worker = next(w for w in pool._workers if w.ready)
+    limits = open(f"/proc/{worker.pid}/limits").read()
+    line = next(row for row in limits.splitlines() if row.startswith("Max address space"))
+    assert line.split()[3] == str(512 << 20)
+    pool.close()

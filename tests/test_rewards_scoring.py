@@ -1,0 +1,112 @@
+"""The interface the trainer relies on: registry, score_completions, check_columns, metrics, and the
+docstring examples of every verifier module."""
+from __future__ import annotations
+
+import asyncio
+import doctest
+import logging
+import math
+import time
+
+import pytest
+import torch
+
+import aha.rewards as R
+from aha.rewards import REWARDS, check_columns, get_reward, score_completions
+
+
+def test_registry_builds_every_reward_by_name():
+    assert set(REWARDS) >= {"math", "format", "countdown", "code", "soft_overlong", "length_penalty"}
+    for name in REWARDS:
+        reward = get_reward(name)
+        assert callable(reward) and isinstance(reward.__name__, str)
+    assert get_reward("code", mode="all", tests_column="test").required_columns == ("test",)
+    gated = get_reward("math", require_format=True)
+    assert isinstance(gated, R.FormatGated) and gated.__name__ == "math"
+    with pytest.raises(ValueError, match="valid names: code, countdown, format"):
+        get_reward("nope")
+
+
+def test_module_level_defaults_have_trl_names():
+    assert (R.math_reward.__name__, R.format_reward.__name__, R.countdown_reward.__name__, R.code_reward.__name__) == \
+        ("math", "format", "countdown", "code")
+
+
+def test_score_completions_matrix_and_metrics():
+    def constant(prompts, completions, **kwargs):
+        return [0.5, None]
+
+    def broken(prompts, completions, **kwargs):
+        raise RuntimeError("boom")
+
+    async def slow_async(prompts, completions, **kwargs):
+        await asyncio.sleep(0.2)
+        return [1, float("inf")]
+
+    async def slow_async_2(prompts, completions, **kwargs):
+        await asyncio.sleep(0.2)
+        return [2, 3]
+
+    completions = ["<think>a</think><answer>4</answer>", "4"]
+    start = time.monotonic()
+    rewards, metrics = score_completions([R.math_reward, R.format_reward, constant, broken, slow_async, slow_async_2],
+                                         ["p", "p"], completions, {"answer": ["4", None]}, completion_ids=[[1], [2]])
+    assert time.monotonic() - start < 0.39  # the two async functions were awaited together
+    assert rewards.dtype == torch.float32 and rewards.shape == (2, 6)
+    nan = math.nan
+    expected = torch.tensor([[1, 1, 0.5, nan, 1, 2], [nan, 0, nan, nan, nan, 3]], dtype=torch.float32)
+    assert torch.equal(rewards.isnan(), expected.isnan())
+    assert torch.allclose(rewards.nan_to_num(-9), expected.nan_to_num(-9))
+    assert metrics["reward/errors"] == 1
+    assert metrics["reward/none_frac/math"] == 0.5 and metrics["reward/none_frac/broken"] == 1.0
+    assert metrics["reward/none_frac/slow_async"] == 0.5 and metrics["reward/none_frac/format"] == 0.0
+    assert metrics["reward/data_errors"] == 1
+
+
+def test_errors_are_logged_once_per_function(caplog, monkeypatch):
+    monkeypatch.setattr("aha.rewards.scoring._LOGGED", set())  # other tests may have logged a "flaky" already
+
+    def flaky(prompts, completions, **kwargs):
+        raise ValueError("bad")
+
+    with caplog.at_level(logging.ERROR, logger="aha.rewards.scoring"):
+        for _ in range(3):
+            _, metrics = score_completions([flaky], ["p"], ["c"], {})
+            assert metrics["reward/errors"] == 1
+    assert sum("flaky" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_wrong_length_names_function_expected_and_got():
+    def short(prompts, completions, **kwargs):
+        return [1.0]
+
+    with pytest.raises(ValueError, match="short returned 1 values, expected 3"):
+        score_completions([short], ["p"] * 3, ["c"] * 3, {})
+
+
+def test_missing_column_is_reported_with_the_dataset_columns():
+    with pytest.raises(ValueError, match="reward function math needs dataset column 'answer'; the dataset has: "
+                                         "question, solution"):
+        score_completions([R.math_reward], ["p"], ["c"], {"question": ["q"], "solution": ["s"]})
+
+    def needs_target(prompts, completions, target, **kwargs):
+        return [1.0]
+
+    with pytest.raises(ValueError, match="reward function needs_target needs dataset column 'target'; the dataset has: nums"):
+        check_columns([R.format_reward, needs_target], ["nums"])
+    with pytest.raises(ValueError, match="column 'tests'"):
+        check_columns([R.code_reward], ["answer"])
+    check_columns([R.math_reward, R.format_reward, needs_target, R.soft_overlong_reward], ["answer", "target"])
+
+
+def test_trl_style_call_with_extra_kwargs():
+    out = R.format_reward(prompts=["p"], completions=[[{"role": "assistant", "content": "<think>a</think><answer>b</answer>"}]],
+                          completion_ids=[[1, 2]], trainer_state=object(), answer=["x"])
+    assert out == [1.0]
+
+
+@pytest.mark.parametrize("module", ["", ".base", ".maths", ".format", ".countdown", ".length", ".code_tests", ".sandbox"])
+def test_docstring_examples(module):
+    import importlib
+    result = doctest.testmod(importlib.import_module(f"aha.rewards{module}"), optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0 and result.attempted > 0

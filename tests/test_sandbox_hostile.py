@@ -1,0 +1,170 @@
+"""Hostile programs against the code sandbox, in every isolation this machine offers (bubblewrap when it runs
+here, and always the fallback). Each program would score 1 if its attack worked; contained means reward 0,
+a verdict within the time limit, no trace outside the sandbox, and this process alive and untouched.
+benchmarks/rewards_bench.py runs the same table and reports the slowest case."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from aha.rewards import CodeReward
+from aha.rewards.sandbox import Limits, isolation, run_tests
+
+LIMITS = Limits(timeout_s=1.0)
+MARGIN_S = 3.0  # sandbox start-up and kill, beyond the time limit
+PROJECT_FILE = Path(__file__).resolve().parents[1] / "pyproject.toml"
+
+
+@dataclass
+class Case:
+    name: str
+    program: str
+    tests: list[str] = field(default_factory=list)  # assert statements; each would pass if the attack worked
+    io: list[tuple[str, str]] | None = None
+    needs_fs: bool = False  # needs a hidden filesystem: bubblewrap, or Landlock in the fallback
+
+
+def hostile_cases(port: int, escape: str) -> list[Case]:
+    """The table. `port`: a listener on 127.0.0.1; `escape`: a host path that must never be created."""
+    me = os.getpid()
+    content = PROJECT_FILE.read_text()
+    ok = ["assert f() == 1"]
+    return [
+        Case("fork_bomb", "import os\nwhile True:\n    os.fork()\ndef f():\n    return 1\n", ok),
+        Case("fork_many", "import os, time\ndef f():\n    n = 0\n    for _ in range(50):\n        try:\n"
+             "            if os.fork() == 0:\n                time.sleep(60)\n            n += 1\n"
+             "        except OSError:\n            pass\n    return n\n", ["assert f() == 50"]),
+        Case("memory_bomb", "x = bytearray(64 << 30)\ndef f():\n    return 1\n", ok),
+        Case("memory_growth", "def f():\n    a = []\n    while True:\n        a.append(bytearray(1 << 24))\n", ok),
+        Case("infinite_loop", "while True:\n    pass\ndef f():\n    return 1\n", ok),
+        Case("sleep_in_test", "import time\ndef f():\n    time.sleep(1000)\n    return 1\n", ok),
+        Case("deep_recursion", "import sys\nsys.setrecursionlimit(10 ** 8)\ndef g(n):\n    return g(n + 1) + 1\n"
+             "def f():\n    return g(0)\n", ok),
+        Case("gigabyte_output", "import sys\nprint('ok')\nfor _ in range(1024):\n    sys.stdout.write('x' * (1 << 20))\n",
+             io=[("", "ok")]),
+        Case("gigabyte_output_calls", "def f():\n    for _ in range(1024):\n        print('x' * (1 << 20))\n    return 2\n",
+             ok),
+        Case("tcp_connect", f"import socket\ndef f():\n    s = socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
+             "    s.sendall(b'escaped')\n    return 1\n", ok),
+        Case("write_outside", f"def f():\n    open({escape!r}, 'w').write('x')\n    return 1\n", ok, needs_fs=True),
+        Case("write_project", f"def f():\n    open({str(PROJECT_FILE.parent / ('ESCAPED-' + Path(escape).name))!r}, 'w')"
+             ".write('x')\n    return 1\n", ok, needs_fs=True),
+        Case("read_project", f"def f():\n    return open({str(PROJECT_FILE)!r}).read()\n",
+             [f"assert f() == {content!r}"], needs_fs=True),
+        Case("kill_parent", f"import os, signal\ndef f():\n    try:\n        os.kill({me}, signal.SIGUSR1)\n"
+             "    except OSError:\n        pass\n    os.kill(os.getppid(), signal.SIGKILL)\n    return 1\n", ok),
+        Case("kill_own_group", "import os, signal\ndef f():\n    os.killpg(0, signal.SIGKILL)\n    return 1\n", ok),
+        Case("exit_before_tests", "def f():\n    return 1\nexit(0)\n", ok),
+        Case("sys_exit_before_tests", "import sys\ndef f():\n    return 1\nsys.exit(0)\n", ok),
+        Case("os_exit_before_tests", "import os\ndef f():\n    return 1\nos._exit(0)\n", ok),
+        Case("exit_during_tests", "import sys\ndef f():\n    sys.exit(0)\n", ok),
+        Case("always_equal_result", "class A:\n    def __eq__(self, other):\n        return True\n"
+             "    def __ne__(self, other):\n        return False\ndef f():\n    return A()\n", ok),
+        Case("patch_checker", "import builtins, os, sys\nbuiltins.AssertionError = type('E', (Exception,), {})\n"
+             "def check(candidate):\n    pass\nsys.modules['__main__'].__dict__['check'] = check\n"
+             "for fd in range(64):\n    try:\n        os.write(fd, b'{\"passed\": 1, \"total\": 1}\\n')\n"
+             "    except OSError:\n        pass\ndef f():\n    return 2\n", ok),
+        Case("read_checker_memory", "import os\ndef f():\n    with open(f'/proc/{os.getppid()}/mem', 'rb') as m:\n"
+             "        m.read(1)\n    return 1\n", ok),
+    ]
+
+
+def _modes() -> list[str]:
+    return (["bwrap"] if isolation() == "bwrap" else []) + ["fallback"]
+
+
+@pytest.fixture(scope="module")
+def fallback_strength() -> dict:
+    """What the fallback can enforce on this kernel (Landlock, seccomp)."""
+    return run_tests("def f():\n    return 1\n", [("assert f() == 1", True)], mode="fallback").detail
+
+
+@pytest.fixture(scope="module")
+def listener():
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    sock.setblocking(False)
+    yield sock
+    sock.close()
+
+
+def _sandbox_descendants() -> list[int]:
+    """Processes under this one that look like sandbox harnesses (none may outlive a run)."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+                cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except (OSError, IndexError, ValueError):
+                continue
+            if b"Runs inside the code sandbox" not in cmd and b"bwrap" not in cmd:
+                parents.pop(int(entry))
+    out = []
+    for pid in parents:
+        p, seen = pid, 0
+        while p in parents and seen < 64:
+            p, seen = parents[p], seen + 1
+            if p == os.getpid():
+                out.append(pid)
+                break
+    return out
+
+
+@pytest.mark.parametrize("mode", _modes())
+def test_hostile_programs_are_contained(mode, listener, fallback_strength):
+    escape = f"/tmp/aha-escape-{uuid.uuid4().hex}"
+    signalled: list[int] = []
+    previous = signal.signal(signal.SIGUSR1, lambda *_: signalled.append(1))
+    cases = [c for c in hostile_cases(listener.getsockname()[1], escape)
+             if mode == "bwrap" or not c.needs_fs or fallback_strength.get("landlock")]
+    # (without Landlock the fallback does not hide the filesystem: documented, and those cases are skipped)
+
+    def run(case: Case):
+        start = time.monotonic()
+        result = run_tests(case.program, [(t, True) for t in case.tests], io=case.io, limits=LIMITS, mode=mode)
+        return case, result, time.monotonic() - start
+
+    try:
+        with ThreadPoolExecutor(4) as pool:  # most cases wait on a time limit
+            outcomes = list(pool.map(run, cases))
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    for case, result, elapsed in outcomes:
+        assert result.passed == 0, (case.name, result)
+        assert result.status != "error", (case.name, result)
+        assert elapsed < LIMITS.timeout_s + MARGIN_S, (case.name, elapsed)
+    assert not _sandbox_descendants()
+    with pytest.raises(BlockingIOError):
+        listener.accept()  # nobody connected
+    assert not os.path.exists(escape)
+    assert not list(PROJECT_FILE.parent.glob("ESCAPED-*"))
+    assert signalled == []
+
+
+def test_fallback_enforces_what_it_reports(fallback_strength):
+    """On Linux x86_64/aarch64 the fallback always has seccomp; Landlock depends on the kernel."""
+    import platform
+    if platform.machine() in ("x86_64", "aarch64"):
+        assert fallback_strength["seccomp"] is True
+    assert "landlock" in fallback_strength
+
+
+def test_code_reward_reports_isolation_and_scores_zero():
+    reward = CodeReward(timeout_s=2.0)
+    out = reward(None, ["```python\nimport os\ndef f():\n    return 1\nos._exit(0)\n```",
+                        "```python\nwhile True:\n    pass\n```"], tests=[["assert f() == 1"]] * 2)
+    assert out == [0.0, 0.0]
+    metrics = reward.pop_metrics()
+    assert metrics[f"sandbox/{reward.isolation}"] == 2
+    assert metrics["timeouts"] == 1

@@ -32,17 +32,17 @@ class DemoConfig:
     """SFT learning rate."""
     sft_batch: int = 32
     """SFT batch size."""
-    grpo_steps: int = 120
+    grpo_steps: int = 60
     """GRPO steps."""
     grpo_lr: float = 5e-4
     """GRPO learning rate."""
-    prompts_per_step: int = 16
+    prompts_per_step: int = 32
     """Prompts per GRPO step (B)."""
     num_generations: int = 8
     """Completions per prompt (G)."""
     eval_problems: int = 200
     """Held-out problems for the before/after table (never seen in training)."""
-    eval_every: int = 20
+    eval_every: int = 15
     """Evaluate held-out accuracy every this many GRPO steps (for the plot)."""
     eval_during: int = 100
     """Held-out problems used for the in-training curve."""
@@ -94,6 +94,7 @@ def run_demo(cfg: DemoConfig) -> dict:
     G = cfg.num_generations
     grpo_args = GRPOConfig(
         output_dir=str(out / "grpo"), learning_rate=cfg.grpo_lr, max_steps=cfg.grpo_steps,
+        warmup_steps=5, lr_scheduler_type="cosine",
         num_generations=G, per_device_train_batch_size=cfg.prompts_per_step * G,
         max_completion_length=task.max_completion_length, temperature=1.0, beta=0.0,
         reward_weights=task.reward_weights, eval_steps=cfg.eval_every, seed=cfg.seed,

@@ -146,7 +146,8 @@ def build_model(tokenizer, size: str = "tiny", arch: str = "llama", seed: int = 
 
         size         llama         qwen2 (adds q/k/v biases)
         tiny         131,392       131,648       hidden 64, 2 layers: for unit tests
-        demo         3,541,248     3,544,320     hidden 256, 4 layers: CPU demo
+        small        918,656       920,192       hidden 128, 4 layers: the CPU demo
+        demo         3,541,248     3,544,320     hidden 256, 4 layers: a larger CPU model
         4m           4,066,560     4,071,168     hidden 256, 6 layers: benchmarks
         30m          30,679,552    30,691,840    hidden 512, 8 layers: benchmarks
         qwen2-0.5b   358,329,216   358,356,864   Qwen2-0.5B shapes, for GPU throughput

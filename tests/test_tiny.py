@@ -114,7 +114,7 @@ def test_same_seed_same_weights_other_seed_differs(tok):
 
 
 # (low, high) per size at vocab 512; exact counts are in build_model's docstring
-RANGES = {"tiny": (0.1e6, 0.2e6), "demo": (3e6, 5e6), "4m": (3.5e6, 4.5e6), "30m": (27e6, 33e6),
+RANGES = {"tiny": (0.1e6, 0.2e6), "small": (0.8e6, 1.0e6), "demo": (3e6, 5e6), "4m": (3.5e6, 4.5e6), "30m": (27e6, 33e6),
           "qwen2-0.5b": (340e6, 370e6)}
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import re
 
 from .tasks import Task, register_task
 
@@ -67,9 +68,25 @@ def make_addition(split: str, n: int, seed: int = 0, min_digits: int = 1, max_di
     return rows
 
 
+def column_steps_reward(prompts, completions, question, **kwargs) -> list[float]:
+    """Share of the `<think>` column sums that match the problem's own worked sum (a process check).
+
+    Example: question "47+385", think "7+5=12 4+8+1=13 0+3+1=4" -> 1.0; "7+5=12 4+8=12 0+3=3" -> 1/3.
+    Extra or missing steps count as wrong, so padding the chain cannot raise the share.
+    """
+    from ..rewards import completion_text
+    out = []
+    for comp, q in zip(completions, question):
+        m = re.search(r"<think>(.*?)</think>", completion_text(comp), re.S)
+        a, b = (int(x) for x in q.split("+"))
+        want, got = column_addition(a, b).split(), (m.group(1).split() if m else [])
+        out.append(sum(g == w for g, w in zip(got, want)) / max(len(want), len(got)))
+    return out
+
+
 def _rewards():
     from ..rewards import format_reward, math_reward
-    return [math_reward, format_reward]
+    return [math_reward, format_reward, column_steps_reward]
 
 
 def _correct():
@@ -85,7 +102,7 @@ def _extract(text: str):
 register_task(Task(
     name="arithmetic",
     load=lambda split, n=None, seed=0: make_addition(split, n or (4000 if split == "train" else 200), seed),
-    rewards=_rewards, correct=_correct, extract=_extract, reward_weights=[1.0, 0.1],
+    rewards=_rewards, correct=_correct, extract=_extract, reward_weights=[1.0, 0.1, 0.5],
     max_completion_length=48,
     info={"description": "column addition of 1-3 digit numbers, <think> column sums </think><answer>"},
 ))

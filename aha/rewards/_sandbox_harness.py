@@ -1,11 +1,11 @@
 """Runs inside the code sandbox (standard library only: the sandbox shows no site-packages and no project).
 
-Two roles. The *checker* (default) reads a JSON request on stdin, runs the tests, and writes one JSON report on
-its stdout when they are done. It never executes model code: it starts the *candidate* (argv[1] ==
+Two roles. The *checker* (default) reads a marshal request on stdin, runs the tests, and writes one report on
+its stdout when they are done. It never executes model code: it starts the *candidate* (argv[2] ==
 "candidate"), which executes the program and answers calls to its functions with plain data (marshal) over a
 pipe, while the test code runs in the checker against proxies. So a program that exits early, kills its
 parent, patches builtins or the checker, or returns an object whose `__eq__` is always True cannot reach the
-verdict: the worst it can do is answer wrongly, die (every test fails), or kill the checker (no report: 0).
+verdict: it can answer wrongly, or leave, die or kill the checker before the tests end, which scores 0.
 
 Both roles harden themselves first: resource limits, no new privileges, no capabilities, a seccomp filter
 (no sockets, no ptrace; the candidate also cannot fork, exec, signal other processes or leave its process
@@ -22,6 +22,21 @@ import sys
 import time
 
 MAX_MESSAGE = 64 << 20  # bytes in one candidate reply
+
+# How both roles start: `python -I -S -c BOOTSTRAP <fd> <role args>` reads this file's code object, compiled once
+# by the trainer (same interpreter), from <fd> and runs it; compiling the source in every process cost more
+# than most test runs.
+BOOTSTRAP = """import marshal, os, sys
+_fd = int(sys.argv[1])
+_n = int.from_bytes(os.read(_fd, 4), "big")
+_HARNESS_CODE = b""
+while len(_HARNESS_CODE) < _n:
+    _chunk = os.read(_fd, _n - len(_HARNESS_CODE))
+    if not _chunk:
+        raise SystemExit(1)
+    _HARNESS_CODE += _chunk
+exec(marshal.loads(_HARNESS_CODE))
+"""
 
 # --------------------------------------------------------------------------- hardening
 
@@ -184,11 +199,15 @@ def harden(limits, role, landlock=None):
 
 # --------------------------------------------------------------------------- candidate
 
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 def _send(fd, obj):
     data = marshal.dumps(obj)
-    data = struct.pack(">I", len(data)) + data
-    while data:
-        data = data[os.write(fd, data):]
+    _write_all(fd, struct.pack(">I", len(data)) + data)
 
 
 def _read_exact(fd, n, deadline):
@@ -243,7 +262,7 @@ def _plain(x, depth=0):
 
 
 def candidate():
-    mode, rfd, wfd = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    mode, rfd, wfd = sys.argv[3], int(sys.argv[1]), int(sys.argv[4])
     harden(dict(zip(_LIMIT_KEYS, map(int, sys.argv[5].split(",")))), "candidate")
     program = _recv(rfd)
     builtins.exit = builtins.quit = sys.exit  # what `site` would add; -S leaves them out
@@ -293,9 +312,8 @@ class Candidate:
         self.timed_out = self.gone = False
         a2b, self.w = os.pipe()
         self.r, b2a = os.pipe()
-        src = sys.orig_argv[sys.orig_argv.index("-c") + 1]
         limits = ",".join(str(req["limits"][k]) for k in _LIMIT_KEYS)
-        argv = [sys.executable, "-I", "-S", "-c", src, "candidate", mode, str(a2b), str(b2a), limits]
+        argv = [sys.executable, "-I", "-S", "-c", BOOTSTRAP, str(a2b), "candidate", mode, str(b2a), limits]
         null = os.open(os.devnull, os.O_RDWR)
         for fd in (a2b, b2a):
             os.set_inheritable(fd, True)
@@ -305,6 +323,8 @@ class Candidate:
         for fd in (a2b, b2a, null):
             os.close(fd)
         try:
+            os.write(self.w, len(_HARNESS_CODE).to_bytes(4, "big"))
+            _write_all(self.w, _HARNESS_CODE)
             _send(self.w, req["program"])
         except OSError:  # died on the way up
             self.kill()
@@ -471,10 +491,19 @@ def run_io(req, deadline):
     return {"passed": passed, "total": len(req["io"]), "exited": False, "timed_out": timed_out}
 
 
+def _read_rest(fd):
+    chunks = []
+    while True:
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
 def checker():
     """Request and report are marshal data: the trainer runs this same interpreter, and `json` costs more to
     import than a test takes to run."""
-    req = marshal.loads(sys.stdin.buffer.read())
+    req = marshal.loads(_read_rest(0))
     deadline = time.monotonic() + req["timeout_s"]
     report = os.dup(1)
     null = os.open(os.devnull, os.O_RDWR)
@@ -490,7 +519,7 @@ def checker():
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["candidate"]:
+    if sys.argv[2:3] == ["candidate"]:
         candidate()
     else:
         checker()

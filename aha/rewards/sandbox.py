@@ -114,9 +114,12 @@ def isolation() -> str:
 
 
 @functools.lru_cache(maxsize=1)
-def _harness_source() -> str:
+def _harness() -> tuple[str, bytes]:
+    """(bootstrap source, the harness's code object as marshal data): see BOOTSTRAP in the harness."""
+    from . import _sandbox_harness
     with open(HARNESS, encoding="utf-8") as f:
-        return f.read()
+        code = compile(f.read(), HARNESS, "exec")
+    return _sandbox_harness.BOOTSTRAP, marshal.dumps(code)
 
 
 def run_tests(program: str, steps: list[tuple[str, bool]], setup: list[str] = (), bind: dict | None = None,
@@ -147,12 +150,14 @@ def run_tests(program: str, steps: list[tuple[str, bool]], setup: list[str] = ()
         cmd, cwd, env = [], scratch, {**SANDBOX_ENV, "HOME": scratch, "TMPDIR": scratch}
         req["landlock"] = {"read_only": _system_dirs() + _python_dirs() + ["/etc/ld.so.cache", "/dev/urandom"],
                            "read_write": [scratch, "/dev/null"]}
-    cmd = cmd + [python_executable(), "-I", "-S", "-c", _harness_source()]
+    bootstrap, code = _harness()
+    cmd = cmd + [python_executable(), "-I", "-S", "-c", bootstrap, "0"]
     try:
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 cwd=cwd, env=env, start_new_session=True)
         try:
-            out, err = proc.communicate(marshal.dumps(req), timeout=limits.timeout_s + STARTUP_GRACE_S)
+            out, err = proc.communicate(len(code).to_bytes(4, "big") + code + marshal.dumps(req),
+                                        timeout=limits.timeout_s + STARTUP_GRACE_S)
         except subprocess.TimeoutExpired:
             _kill_group(proc)
             out, err = proc.communicate()

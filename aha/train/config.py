@@ -38,7 +38,7 @@ class TrainConfig:
     """AdamW weight decay."""
     adam_beta1: float = 0.9
     """AdamW beta1."""
-    adam_beta2: float = 0.99
+    adam_beta2: float = 0.999
     """AdamW beta2."""
     max_grad_norm: float = 1.0
     """Clip the global gradient norm to this (0 disables)."""

@@ -17,6 +17,7 @@ import torch
 from .. import algos
 from ..data import encode_prompt, is_conversational, load_rows
 from ..models import context_length, eos_ids
+from ..rewards import check_columns, get_reward, reward_name, score_completions
 from ..rollout import HFEngine, SamplingParams
 from .common import build_optimizer, completion_logprobs, optimizer_step, seed_everything, setup_model
 from .config import GRPOConfig
@@ -25,7 +26,6 @@ from .loop import PromptSampler, Trainer
 
 def resolve_reward_funcs(specs: list, kwargs: dict | None = None) -> list[Callable]:
     """Callables pass through; names come from aha.rewards; "module:function" is imported."""
-    from .. import rewards
     out = []
     for spec in specs:
         if callable(spec):
@@ -35,14 +35,10 @@ def resolve_reward_funcs(specs: list, kwargs: dict | None = None) -> list[Callab
             module, _, attr = spec.partition(":")
             out.append(getattr(importlib.import_module(module), attr))
         elif isinstance(spec, str):
-            out.append(rewards.get_reward(spec, **(kwargs or {}).get(spec, {})))
+            out.append(get_reward(spec, **(kwargs or {}).get(spec, {})))
         else:
             raise TypeError(f"reward function {spec!r} is neither a callable nor a name")
     return out
-
-
-def reward_name(fn) -> str:
-    return getattr(fn, "__name__", type(fn).__name__)
 
 
 class GRPOTrainer(Trainer):
@@ -57,7 +53,6 @@ class GRPOTrainer(Trainer):
         args = args or GRPOConfig()
         super().__init__(args, eval_fn)
         seed_everything(args.seed)
-        from ..rewards import check_columns
         self.reward_funcs = resolve_reward_funcs(
             reward_funcs if isinstance(reward_funcs, (list, tuple)) else [reward_funcs], args.reward_kwargs)
         if not self.reward_funcs:
@@ -141,7 +136,6 @@ class GRPOTrainer(Trainer):
 
     def _score(self, rows: list[dict], comp_ids: list[list[int]]) -> tuple[torch.Tensor, dict]:
         """Rewards [N,F] (NaN = excluded) and per-function statistics."""
-        from ..rewards import score_completions
         G = self.args.num_generations
         texts = self.tokenizer.batch_decode(comp_ids, skip_special_tokens=True)
         prompts = [r["prompt"] for r in rows for _ in range(G)]

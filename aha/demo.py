@@ -22,8 +22,9 @@ class DemoConfig:
     """Seed for the data, the model and training."""
     size: str = "small"
     """Named model size from aha.tiny."""
-    threads: int = 2
-    """torch CPU threads."""
+    threads: int = 1
+    """torch CPU threads (1: these tiny models are bound by per-op overhead, and one thread is
+    immune to oversubscription when the machine is shared)."""
     sft_examples: int = 2000
     """Worked solutions used for the cold start (a small set keeps the model imperfect)."""
     sft_steps: int = 200

@@ -136,3 +136,14 @@ def test_recipe_runs_all_stage_types_and_resumes(tmp_path, capsys):
     capsys.readouterr()
     run_recipe(str(path))
     assert capsys.readouterr().out.count("already complete, skipped") == 5
+
+
+def test_eval_on_gsm8k_with_a_tiny_random_model(tiny_dir, tmp_path):
+    """The benchmark path end to end: real GSM8K rows, a random model, accuracy near 0 expected."""
+    out = tmp_path / "gsm"
+    assert main(["eval", tiny_dir, "--task", "gsm8k", "--num_problems", "4", "--max_new_tokens", "16",
+                 f"output_dir={out}", "progress_bar=false"]) == 0
+    res = json.loads((out / "results.json").read_text())["summary"]
+    assert res["task"] == "gsm8k" and res["num_problems"] == 4 and 0.0 <= res["accuracy"] <= 0.25
+    ids = [json.loads(line)["id"] for line in (out / "per_problem.jsonl").read_text().splitlines()]
+    assert len(set(ids)) == 4

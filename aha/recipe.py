@@ -67,11 +67,11 @@ def validate(recipe: dict) -> list[dict]:
         extra = set(s) - {"name", "type", *TINY_KEYS}
         if cls is None and extra:
             raise ConfigError(f"stage '{s['name']}': a tiny stage takes {list(TINY_KEYS)}, not {sorted(extra)}")
-        if cls is not None:  # keys and types checked now, with references stood in by placeholders
-            fields = {k: ("placeholder" if isinstance(v, str) and v.startswith("@") else v)
+        if cls is not None:  # keys and types checked now; @references stand in as the string "ref"
+            fields = {k: ("ref" if isinstance(v, str) and v.startswith("@") else v)
                       for k, v in s.items() if k not in ("name", "type")}
             try:
-                from_dict(cls, {"model": "placeholder", **fields})
+                from_dict(cls, {"model": "ref", **fields})
             except (ConfigError, ValueError, TypeError) as e:
                 raise ConfigError(f"stage '{s['name']}': {e}") from None
     return stages

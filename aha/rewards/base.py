@@ -1,6 +1,8 @@
 """What every reward shares: reading a completion's text, a name for metrics, and counters to report."""
 from __future__ import annotations
 
+import abc
+
 import threading
 from collections import Counter
 from typing import Any
@@ -24,7 +26,7 @@ def completion_text(completion: Any) -> str:
     return ""
 
 
-class Reward:
+class Reward(abc.ABC):
     """Base of the configurable rewards: TRL calls `reward(prompts, completions, **columns)` and names metrics
     by `__name__`; the trainer checks `required_columns` before training and logs `pop_metrics()` each step."""
 
@@ -48,8 +50,9 @@ class Reward:
             self._counts.clear()
         return out
 
+    @abc.abstractmethod
     def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float | None]:
-        raise NotImplementedError
+        """One value per completion (None: not applicable); each subclass defines it."""
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_") and k != "__name__")

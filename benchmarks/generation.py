@@ -1,6 +1,7 @@
 """Generation throughput of aha's rollout engine vs `model.generate` on the same prompts.
 
     .venv/bin/python benchmarks/generation.py --size 4m --prompts 2 --n 8 --max-new 64
+    .venv/bin/python benchmarks/generation.py --size 4m --max-new 256 --cache hf   # the HFCache path
 
 Both sample B*G sequences at temperature 1 with a KV cache. aha prefills each prompt once and
 shares its cache among its G samples, and drops finished rows; `generate` decodes all rows until
@@ -23,6 +24,8 @@ def main():
     ap.add_argument("--max-new", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--cache", choices=("layer", "hf"), default="layer",
+                    help="aha's KV cache: preallocated per-layer buffers, or transformers' DynamicCache")
     ap.add_argument("--eos-bias", type=float, default=0.0, help="add to the EOS logit bias to vary lengths")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
@@ -37,7 +40,7 @@ def main():
         with torch.no_grad():
             model.lm_head.weight[tok.eos_token_id] += a.eos_bias * model.lm_head.weight.mean(0)
     prompts = [tok(f"question {i}: what is {i} plus {i}?", add_special_tokens=False)["input_ids"] for i in range(a.prompts)]
-    engine = HFEngine(model, eos_ids(model, tok), tok.pad_token_id)
+    engine = HFEngine(model, eos_ids(model, tok), tok.pad_token_id, layer_cache=a.cache == "layer")
     params = SamplingParams(1.0, 1.0, 0, a.max_new)
 
     def run_aha(seed):
@@ -53,14 +56,14 @@ def main():
         gen = out[:, enc["input_ids"].shape[1]:]
         return int(sum(min(int((row == tok.eos_token_id).nonzero()[0]) + 1 if (row == tok.eos_token_id).any() else a.max_new, a.max_new) for row in gen))
 
-    for name, fn in (("aha", run_aha), ("generate", run_hf)):
+    for name, fn in ((f"aha-{a.cache}", run_aha), ("generate", run_hf)):
         fn(0)  # warm-up
         rates = []
         for r in range(a.repeats):
             t = time.perf_counter()
             n_tok = fn(r + 1)
             rates.append(n_tok / (time.perf_counter() - t))
-        print(f"{name:9s} size={a.size} B={a.prompts} G={a.n} max_new={a.max_new}: "
+        print(f"{name:9s} threads={a.threads} size={a.size} B={a.prompts} G={a.n} max_new={a.max_new}: "
               f"median {statistics.median(rates):,.0f} tokens/s over {a.repeats} runs")
 
 

@@ -3,6 +3,12 @@
 Why not `model.generate`: a GRPO step samples n completions of each prompt, so the prompt is
 prefilled once and its cache repeated n times; and rows that hit EOS are dropped from the batch
 (cache included) instead of decoding padding until the longest row ends.
+
+Two caches behind one interface. `LayerCache` serves decoders with the Llama layout (Llama, Qwen2,
+Qwen3, Mistral, SmolLM2): it calls the model's own decoder layers with keys and values written in
+place into buffers allocated once, so a decode step copies one column, not the whole cache, and
+the rotary tables and attention mask are not rebuilt by the model each step. `HFCache` serves every
+other causal LM through `model(...)` and transformers' growing DynamicCache.
 """
 
 from __future__ import annotations
@@ -14,6 +20,9 @@ from . import Rollout, SamplingParams
 
 COMPACT_FRACTION = 0.125
 """Drop finished rows from the batch once they are this fraction of it (each drop copies the cache)."""
+
+LAYER_CACHE_TYPES = ("llama", "qwen2", "qwen3", "mistral")
+"""model_type values whose decoder is embed -> layers(h, mask, rotary) -> norm -> lm_head."""
 
 
 def sample_tokens(logits: Tensor, params: SamplingParams,
@@ -35,11 +44,104 @@ def sample_tokens(logits: Tensor, params: SamplingParams,
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
+class HFCache:
+    """Any causal LM: `model(...)` with transformers' cache, the attention mask grown each step."""
+
+    def __init__(self, model, mask: Tensor, max_new_tokens: int):
+        self.model, self.mask, self.cache = model, mask, None                   # mask [m,L]
+
+    def forward(self, ids: Tensor, pos: Tensor) -> Tensor:
+        """Logits [m,V] of the last position; ids and pos [m,q] (the prompt, then one token)."""
+        if self.cache is not None:
+            self.mask = torch.cat([self.mask, self.mask.new_ones(len(ids), 1)], dim=-1)
+        out = self.model(input_ids=ids, attention_mask=self.mask, position_ids=pos,
+                         past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+        self.cache = out.past_key_values
+        return out.logits[:, -1].float()
+
+    def repeat(self, n: int) -> None:
+        self.cache.batch_repeat_interleave(n)
+        self.mask = self.mask.repeat_interleave(n, 0)
+
+    def select(self, rows: Tensor) -> None:
+        self.cache.batch_select_indices(rows)
+        self.mask = self.mask[rows]
+
+
+class LayerCache:
+    """Llama-layout decoders: the model's layers, keys and values written into preallocated buffers.
+
+    The layers' attention calls `update(k, v, layer)` on whatever cache it is given; this one writes
+    the new columns in place and returns views of the filled part. The mask is additive, [m,1,q,S].
+    """
+
+    def __init__(self, model, mask: Tensor, max_new_tokens: int):
+        self.lm = model.get_base_model() if hasattr(model, "get_base_model") else model
+        self.decoder = self.lm.get_decoder()
+        cfg, (P, L) = self.lm.config, mask.shape
+        param = next(self.lm.parameters())
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        shape = (P, cfg.num_key_value_heads, L + max_new_tokens, head_dim)
+        self.k = [param.new_zeros(shape) for _ in self.decoder.layers]
+        self.v = [param.new_zeros(shape) for _ in self.decoder.layers]
+        self.end = 0                                                             # filled columns
+        self.blocked = torch.finfo(param.dtype).min
+        keys = torch.ones(P, L + max_new_tokens, dtype=torch.bool, device=mask.device)
+        keys[:, :L] = mask.bool()
+        self.bias = torch.zeros(keys.shape, dtype=param.dtype, device=mask.device).masked_fill(~keys, self.blocked)
+
+    @staticmethod
+    def supports(model, total_len: int) -> bool:
+        lm = model.get_base_model() if hasattr(model, "get_base_model") else model
+        cfg = lm.config
+        window = getattr(cfg, "sliding_window", None)
+        windowed = window is not None and window < total_len and (
+            getattr(cfg, "use_sliding_window", True)
+            or "sliding_attention" in (getattr(cfg, "layer_types", None) or ()))
+        return (cfg.model_type in LAYER_CACHE_TYPES and not windowed
+                and getattr(cfg, "_attn_implementation", "eager") in ("sdpa", "eager")
+                and hasattr(lm.get_decoder(), "rotary_emb"))
+
+    def update(self, k: Tensor, v: Tensor, layer: int, *args, **kwargs) -> tuple[Tensor, Tensor]:
+        end = self.end + k.shape[2]
+        self.k[layer][:, :, self.end:end] = k
+        self.v[layer][:, :, self.end:end] = v
+        return self.k[layer][:, :, :end], self.v[layer][:, :, :end]
+
+    def forward(self, ids: Tensor, pos: Tensor) -> Tensor:
+        q, end = ids.shape[1], self.end + ids.shape[1]
+        bias = self.bias[:, None, None, :end]                                    # [m,1,1,S]
+        if q > 1:  # prefill: causal too; a padding query sees itself, so no row is all -inf
+            causal = torch.ones(q, end, dtype=torch.bool, device=ids.device).tril(end - q)
+            seen = causal & ((bias[:, :, 0] == 0) | torch.eye(q, end, dtype=torch.bool, device=ids.device))
+            bias = torch.zeros_like(seen, dtype=bias.dtype).masked_fill(~seen, self.blocked)[:, None]
+        h = self.decoder.embed_tokens(ids)
+        rotary = self.decoder.rotary_emb(h, pos)
+        for layer in self.decoder.layers:
+            h = layer(h, attention_mask=bias, position_ids=pos, past_key_values=self,
+                      use_cache=True, position_embeddings=rotary)
+            h = h[0] if isinstance(h, tuple) else h
+        self.end = end
+        return self.lm.lm_head(self.decoder.norm(h[:, -1])).float()
+
+    def repeat(self, n: int) -> None:
+        self._map(lambda x: x.repeat_interleave(n, 0))
+
+    def select(self, rows: Tensor) -> None:
+        self._map(lambda x: x[rows])
+
+    def _map(self, fn) -> None:
+        self.k, self.v, self.bias = [fn(x) for x in self.k], [fn(x) for x in self.v], fn(self.bias)
+
+
 class HFEngine:
     """Generates with the policy module itself, so weight updates need no copy."""
 
-    def __init__(self, model, eos_token_ids: list[int], pad_token_id: int, max_batch: int = 512):
+    def __init__(self, model, eos_token_ids: list[int], pad_token_id: int, max_batch: int = 512,
+                 layer_cache: bool = True):
         self.model = model
+        self.layer_cache = layer_cache
+        """False forces `HFCache` even where `LayerCache` would serve (for comparisons)."""
         self.eos = torch.tensor(sorted(set(eos_token_ids)), dtype=torch.long)
         self.pad = pad_token_id
         self.max_batch = max_batch
@@ -67,33 +169,29 @@ class HFEngine:
                        truncated=[t for p in parts for t in p.truncated],
                        decode_steps=sum(p.decode_steps for p in parts))
 
-    def _forward(self, ids: Tensor, mask: Tensor, pos: Tensor, cache=None):
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos,
-                         past_key_values=cache, use_cache=True, logits_to_keep=1)
-        return out.logits[:, -1].float(), out.past_key_values
-
     def _chunk(self, prompts: list[list[int]], n: int, params: SamplingParams,
                generator: torch.Generator | None) -> Rollout:
         device = next(self.model.parameters()).device
-        P, L = len(prompts), max(len(p) for p in prompts)
+        P, L, T = len(prompts), max(len(p) for p in prompts), params.max_new_tokens
         ids = torch.full((P, L), self.pad, dtype=torch.long)                    # [P,L] left-padded
         mask = torch.zeros((P, L), dtype=torch.long)                             # [P,L]
         for i, p in enumerate(prompts):
             ids[i, L - len(p):] = torch.tensor(p, dtype=torch.long)
             mask[i, L - len(p):] = 1
         ids, mask = ids.to(device), mask.to(device)
-        pos = (mask.cumsum(-1) - 1).clamp(min=0)                                 # [P,L]
-        logits, cache = self._forward(ids, mask, pos)                           # [P,V]
+        fast = self.layer_cache and LayerCache.supports(self.model, L + T)
+        cache = (LayerCache if fast else HFCache)(self.model, mask, T)
+        logits = cache.forward(ids, (mask.cumsum(-1) - 1).clamp(min=0))         # [P,V]
+        next_pos = mask.sum(-1)                                                  # [P]
         if n > 1:  # prefill once per prompt, then share the cache among its n samples
-            cache.batch_repeat_interleave(n)
-            logits, mask = logits.repeat_interleave(n, 0), mask.repeat_interleave(n, 0)
-        M, T = P * n, params.max_new_tokens
+            cache.repeat(n)
+            logits, next_pos = logits.repeat_interleave(n, 0), next_pos.repeat_interleave(n, 0)
+        M = P * n
         eos = self.eos.to(device)
         out = torch.full((M, T), self.pad, dtype=torch.long, device=device)     # [M,T]
         length = torch.zeros(M, dtype=torch.long, device=device)                # [M]
         done = torch.zeros(M, dtype=torch.bool, device=device)                  # [M]
         rows = torch.arange(M, device=device)    # output row of each batch row   [m]
-        next_pos = mask.sum(-1)                                                  # [m]
         steps = 0
         for t in range(T):
             tok = sample_tokens(logits, params, generator)                      # [m]
@@ -106,10 +204,9 @@ class HFEngine:
             finished = done[rows]
             if finished.sum() >= max(1, COMPACT_FRACTION * len(rows)):
                 keep = (~finished).nonzero().squeeze(-1)
-                cache.batch_select_indices(keep)
-                rows, tok, mask, next_pos = rows[keep], tok[keep], mask[keep], next_pos[keep]
-            mask = torch.cat([mask, mask.new_ones(len(rows), 1)], dim=-1)
-            logits, cache = self._forward(tok[:, None], mask, next_pos[:, None], cache)
+                cache.select(keep)
+                rows, tok, next_pos = rows[keep], tok[keep], next_pos[keep]
+            logits = cache.forward(tok[:, None], next_pos[:, None])
             next_pos = next_pos + 1
             steps += 1
         out, length, done = out.cpu(), length.cpu(), done.cpu()

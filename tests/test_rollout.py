@@ -1,0 +1,116 @@
+"""The generation engine against a cache-free reference: full forward passes, greedy argmax."""
+
+import pytest
+import torch
+
+from aha.rollout import HFEngine, SamplingParams
+from aha.rollout import hf as engine_module
+from aha.tiny import build_model, train_tokenizer
+
+PROMPTS = [[5, 9, 14, 3], [7], [21, 8, 8, 30, 2, 11, 4]]  # unequal lengths: left padding in the batch
+T = 12
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return train_tokenizer(["the quick brown fox jumps over the lazy dog 0123456789"] * 20)
+
+
+def model_of(tok, arch):
+    # a wide init makes logits peaky, so float rounding between cache layouts cannot flip an argmax
+    return build_model(tok, "tiny", arch, seed=3, overrides={"initializer_range": 0.3}).eval()
+
+
+@torch.no_grad()
+def reference_greedy(model, prompt, steps):
+    ids = list(prompt)
+    for _ in range(steps):
+        ids.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
+    return ids[len(prompt):]
+
+
+def cut_at(seq, eos):
+    for i, t in enumerate(seq):
+        if t in eos:
+            return seq[:i + 1], False
+    return seq, True
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.parametrize("layer_cache", [True, False])
+def test_greedy_matches_full_recompute_with_eos_and_groups(tok, arch, layer_cache, monkeypatch):
+    model = model_of(tok, arch)
+    assert engine_module.LayerCache.supports(model, 64)
+    if not layer_cache:
+        monkeypatch.setattr(engine_module.LayerCache, "supports", staticmethod(lambda m, n: False))
+    ref = [reference_greedy(model, p, T) for p in PROMPTS]
+    # two EOS tokens taken from the middle of the reference outputs: some rows stop early, some
+    # never stop, so finished rows are dropped mid-generation (cache compaction) and others run on
+    eos = {ref[0][4], ref[2][7]}
+    want = [cut_at(r, eos) for r in ref]
+    assert any(t for _, t in want) and any(not t for _, t in want)
+    n = 3
+    out = HFEngine(model, sorted(eos), tok.pad_token_id).generate(
+        PROMPTS, n, SamplingParams(temperature=0, max_new_tokens=T))
+    assert out.completion_ids == [w[0] for w in want for _ in range(n)]
+    assert out.truncated == [w[1] for w in want for _ in range(n)]
+
+
+def test_layer_cache_logits_match_the_model(tok):
+    """Prefill and decode logits of the layer cache equal a plain forward over the whole sequence."""
+    model = model_of(tok, "llama")
+    ids = torch.tensor([[0, 0, 5, 9, 14], [7, 3, 2, 8, 6]])                  # row 0 left-padded
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+    cache = engine_module.LayerCache(model, mask, 2)
+    with torch.no_grad():
+        got = cache.forward(ids, (mask.cumsum(-1) - 1).clamp(min=0))
+        nxt = torch.tensor([[4], [12]])
+        got2 = cache.forward(nxt, mask.sum(-1, keepdim=True))
+        full_ids, full_mask = torch.cat([ids, nxt], 1), torch.cat([mask, torch.ones(2, 1, dtype=torch.long)], 1)
+        want = model(input_ids=full_ids, attention_mask=full_mask,
+                     position_ids=(full_mask.cumsum(-1) - 1).clamp(min=0)).logits
+    torch.testing.assert_close(got, want[:, -2], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got2, want[:, -1], atol=1e-5, rtol=1e-5)
+
+
+def test_lora_model_uses_the_layer_cache_with_its_adapters(tok):
+    from peft import LoraConfig, get_peft_model
+    model = get_peft_model(model_of(tok, "llama"), LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    for name, p in model.named_parameters():
+        if "lora_B" in name:  # nonzero adapters, so ignoring them would change the output
+            torch.nn.init.normal_(p, std=0.5)
+    assert engine_module.LayerCache.supports(model, 64)
+    out = HFEngine(model, [], tok.pad_token_id).generate(PROMPTS, 1, SamplingParams(temperature=0, max_new_tokens=T))
+    assert out.completion_ids == [reference_greedy(model, p, T) for p in PROMPTS]
+
+
+def test_sliding_window_and_unknown_architectures_fall_back(tok):
+    model = model_of(tok, "qwen2")
+    model.config.use_sliding_window, model.config.sliding_window = True, 8
+    assert not engine_module.LayerCache.supports(model, 64)
+    model.config.model_type = "gpt2"
+    model.config.use_sliding_window = False
+    assert not engine_module.LayerCache.supports(model, 64)
+
+
+def test_top_k_one_and_tiny_top_p_are_greedy(tok):
+    model = model_of(tok, "llama")
+    engine = HFEngine(model, [], tok.pad_token_id)
+    greedy = engine.generate(PROMPTS, 2, SamplingParams(temperature=0, max_new_tokens=T)).completion_ids
+    g = torch.Generator().manual_seed(0)
+    for params in (SamplingParams(temperature=1.0, top_k=1, max_new_tokens=T),
+                   SamplingParams(temperature=1.0, top_p=1e-6, max_new_tokens=T)):
+        assert engine.generate(PROMPTS, 2, params, g).completion_ids == greedy
+
+
+def test_sampling_follows_the_temperature_scaled_distribution():
+    """With logits log([0.5, 0.3, 0.2]) and temperature 1, the token frequencies over 20k draws are
+    those probabilities (standard error ~0.0035, so 0.02 is a > 5-sigma bound)."""
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.2]])).expand(20000, 3)
+    draws = engine_module.sample_tokens(logits, SamplingParams(temperature=1.0), torch.Generator().manual_seed(0))
+    freq = torch.bincount(draws, minlength=3).float() / len(draws)
+    torch.testing.assert_close(freq, torch.tensor([0.5, 0.3, 0.2]), atol=0.02, rtol=0)
+    # temperature 0.5 squares the probabilities before renormalising: [25, 9, 4] / 38
+    draws = engine_module.sample_tokens(logits, SamplingParams(temperature=0.5), torch.Generator().manual_seed(1))
+    freq = torch.bincount(draws, minlength=3).float() / len(draws)
+    torch.testing.assert_close(freq, torch.tensor([25, 9, 4]) / 38, atol=0.02, rtol=0)

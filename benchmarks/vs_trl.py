@@ -2,12 +2,15 @@
 peak RSS, fraction of zero-std groups, and the mean-reward curves of both from the same start.
 
     .venv/bin/pip install -e '.[bench]'          # TRL is a benchmark-only extra, never a runtime dependency
-    .venv/bin/python benchmarks/vs_trl.py      # 4m and 30m timed (1 warm-up + 5 steps), 30-step 4m curves x 3 seeds
+    .venv/bin/python benchmarks/vs_trl.py      # 4m and 30m timed (3 alternating rounds of 1 warm-up + 5 steps),
+                                               # same-batch check, 30-step 4m curves x 3 seeds
     .venv/bin/python benchmarks/vs_trl.py --curve-sizes 4m 30m               # curves for both sizes (slower)
     .venv/bin/python benchmarks/vs_trl.py --sizes 4m --curve-steps 0 --check-steps 0 --only aha   # aha timing only
 
 Run it on a quiet machine: other processes on the cores make the torch thread pools contend and inflate the
 times several-fold (with 2 threads on 2 busy cores, 10x was seen), and not equally for both frameworks.
+Each size is timed in --rounds alternating aha/TRL runs and the median run is reported with every round's
+figure, so one slow spell shows up as an outlier instead of deciding the ratio.
 Seed-to-seed spread of the reward curves is large (sd of the last-10-step mean ~0.05-0.07 at 4m, lr 1e-3), so
 compare curves over several seeds; the same-batch check below is the exact comparison.
 
@@ -435,6 +438,8 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=Formatter)
     p.add_argument("--sizes", nargs="+", default=list(SIZES), choices=SIZES)
     p.add_argument("--steps", type=int, default=6, help="steps per timing run: 1 warm-up + the rest timed")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="timing runs per framework and size, alternating aha/TRL; the median run is reported")
     p.add_argument("--lr", type=float, default=1e-5, help="learning rate of the timing runs (both frameworks)")
     p.add_argument("--curve-steps", type=int, default=30, help="steps of the learning-curve runs (0: skip)")
     p.add_argument("--curve-sizes", nargs="+", choices=SIZES,
@@ -486,22 +491,26 @@ def main(argv=None) -> None:
             print(f"[model] {size}: {info['params']:,} parameters, vocab {info['vocab_size']}", flush=True)
 
         for size in args.sizes:
-            report["timing"][size] = {}
-            for fw in frameworks:
-                print(f"[time ] {fw} {size}: {args.steps} steps ...", flush=True)
-                run = spawn(fw, model_dirs[size], args.steps, args.lr, args.seed, args.threads, tmp)
-                s = summarise(run)
-                s["setup"] = run["setup"]
-                s["records"] = run["records"]
-                if "periods_s" in run:
-                    s["median_period_s"] = statistics.median(run["periods_s"][1:] or run["periods_s"] or [0.0])
-                report["timing"][size][fw] = s
-                print(f"        median {s['median_step_s']:.3f} s/step (all: "
-                      f"{' '.join(f'{x:.2f}' for x in s['step_s_all'])}), peak RSS {s['peak_rss_mb']:.0f} MB",
-                      flush=True)
-            t = report["timing"][size]
+            report["timing"][size] = t = {}
+            runs: dict[str, list[dict]] = {fw: [] for fw in frameworks}
+            for r in range(args.rounds):  # alternating, so slow spells of a shared machine hit both
+                for fw in frameworks:
+                    print(f"[time ] {fw} {size}: {args.steps} steps (round {r + 1}/{args.rounds}) ...", flush=True)
+                    run = spawn(fw, model_dirs[size], args.steps, args.lr, args.seed, args.threads, tmp)
+                    s = summarise(run)
+                    s["setup"], s["records"] = run["setup"], run["records"]
+                    runs[fw].append(s)
+                    print(f"        median {s['median_step_s']:.3f} s/step (all: "
+                          f"{' '.join(f'{x:.2f}' for x in s['step_s_all'])}), peak RSS {s['peak_rss_mb']:.0f} MB",
+                          flush=True)
+            for fw, rs in runs.items():
+                # the round with the median s/step stands for the framework; every round is kept
+                t[fw] = dict(sorted(rs, key=lambda s: s["median_step_s"])[len(rs) // 2])
+                t[fw]["rounds_median_step_s"] = [s["median_step_s"] for s in rs]
             if len(t) == 2:
                 t["ratio_trl_over_aha"] = t["trl"]["median_step_s"] / t["aha"]["median_step_s"]
+                t["ratio_per_round"] = [b["median_step_s"] / a["median_step_s"]
+                                        for a, b in zip(runs["aha"], runs["trl"])]
                 for key in ("eos_ids", "pad_id", "prompt0_ids"):
                     if t["aha"]["setup"][key] != t["trl"]["setup"][key]:
                         print(f"WARNING: {key} differs: aha {t['aha']['setup'][key]} trl {t['trl']['setup'][key]}")
@@ -564,9 +573,12 @@ def print_table(report: dict) -> None:
                 continue
             s = t[fw]
             ratio = f"{t['ratio_trl_over_aha']:.2f}x" if fw == "trl" and "ratio_trl_over_aha" in t else ""
+            rounds = " ".join(f"{x:.2f}" for x in s["rounds_median_step_s"])
             print(f"{size:<5} {fw:<9} {s['median_step_s']:>8.3f} {s['median_generate_s']:>7.3f} "
                   f"{s['median_train_s']:>8.3f} {s['gen_tokens_per_s']:>10.0f} {s['train_tokens_per_s']:>12.0f} "
-                  f"{s['peak_rss_mb']:>12.0f} {s['zero_std_frac']:>9.3f} {ratio:>8}")
+                  f"{s['peak_rss_mb']:>12.0f} {s['zero_std_frac']:>9.3f} {ratio:>8}   rounds: {rounds}")
+        if "ratio_per_round" in t:
+            print(f"{size:<5} TRL/aha per round: " + " ".join(f"{x:.2f}x" for x in t["ratio_per_round"]))
     chk = report.get("same_batch_check")
     if chk:
         print(f"same-batch check ({chk['size']}, {len(chk['steps'])} steps, lr {chk['lr']:g}): "

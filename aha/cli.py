@@ -73,7 +73,7 @@ def cmd_models(argv):
     if len(argv) == 2 and argv[0] == "get":
         return {"path": str(get_model(argv[1]))}
     if argv[:1] == ["list"] or not argv:
-        return {name: info.get("note", "") for name, info in KNOWN_MODELS.items()}
+        return {name: info.note for name, info in KNOWN_MODELS.items()}
     print("usage: aha models list | aha models get NAME")
     sys.exit(2)
 

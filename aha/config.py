@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import difflib
+import functools
 import inspect
 import json
 import textwrap
@@ -102,6 +103,21 @@ def _check_key(cls, key: str) -> None:
         close = difflib.get_close_matches(key, names, n=1, cutoff=0.5)
         hint = f"; did you mean '{close[0]}'?" if close else ""
         raise ConfigError(f"unknown config key '{key}' for {cls.__name__}{hint}")
+
+
+def checked_keys(cls):
+    """Class decorator (after @dataclass): `cls(learning_rat=1)` raises a ConfigError that suggests
+    `learning_rate`, as the YAML and command-line paths do, instead of Python's bare TypeError."""
+    init = cls.__init__
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        for key in kwargs:
+            _check_key(cls, key)
+        init(self, *args, **kwargs)
+
+    cls.__init__ = __init__
+    return cls
 
 
 def from_dict(cls, values: dict[str, Any]):

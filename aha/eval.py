@@ -15,6 +15,7 @@ from typing import Optional
 
 import torch
 
+from .config import checked_keys
 from .data import encode_prompt, is_conversational
 from .data.tasks import Task
 
@@ -43,6 +44,7 @@ def majority_correct(answers: list[str | None], correct: list[bool]) -> bool:
     return correct[answers.index(top)]
 
 
+@checked_keys
 @dataclass
 class EvalConfig:
     model: str = ""
@@ -75,6 +77,9 @@ class EvalConfig:
     """Show a progress bar."""
 
     def __post_init__(self):
+        if not self.n_samples and max(self.k) > 1:
+            raise ValueError(f"k={self.k} needs sampled completions: set n_samples >= {max(self.k)} "
+                             "(n_samples=0 evaluates greedy decoding only)")
         if self.n_samples and max(self.k) > self.n_samples:
             raise ValueError(f"k={max(self.k)} is larger than n_samples={self.n_samples}: "
                              "pass@k needs at least k samples per problem")

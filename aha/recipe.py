@@ -4,7 +4,7 @@ A recipe YAML has `output_dir`, an optional `eval` block (task, num_problems) ru
 that produces a model, and `stages`: a list of {name, type, ...config fields}. `@name` in a field
 refers to an earlier stage's output (its model directory, or its data file for `sample`). A stage
 that finished writes `done.json` and is skipped on the next run, so an interrupted recipe resumes.
-Every stage is checked (types, keys, references, cycles) before anything runs.
+Every stage is checked (types, keys, references, cycles, literal input paths, task names) before anything runs.
 """
 
 from __future__ import annotations
@@ -74,7 +74,34 @@ def validate(recipe: dict) -> list[dict]:
                 from_dict(cls, {"model": "ref", **fields})
             except (ConfigError, ValueError, TypeError) as e:
                 raise ConfigError(f"stage '{s['name']}': {e}") from None
+    _check_inputs(recipe, stages)
     return stages
+
+
+def _check_inputs(recipe: dict, stages: list[dict]) -> None:
+    """Literal (non-@) inputs exist: models, dataset files, task names, and the `eval` block's keys."""
+    from .data.benchmarks import resolve_task
+    from .eval import EvalConfig
+    from .zoo import KNOWN_MODELS, resolve_model
+    ev = recipe.get("eval") or {}
+    try:
+        from_dict(EvalConfig, {"model": "ref", **ev})
+        if "task" in ev:
+            resolve_task(ev["task"])
+    except (ConfigError, ValueError, TypeError, KeyError) as e:
+        raise ConfigError(f"recipe `eval` block: {e}") from None
+    for where, s in [("recipe", recipe)] + [(f"stage '{s['name']}'", s) for s in stages]:
+        literal = {k: v for k, v in s.items() if isinstance(v, str) and not v.startswith("@")}
+        try:
+            if "model" in literal and literal["model"] not in KNOWN_MODELS:  # known names convert on first use
+                resolve_model(literal["model"])
+            for key in ("dataset", "mix_dataset"):
+                if key in literal and not Path(literal[key]).is_file():
+                    raise ValueError(f"{key} {literal[key]!r} is not a file")
+            if "task" in literal and s is not recipe:
+                resolve_task(literal["task"])
+        except (ValueError, KeyError) as e:
+            raise ConfigError(f"{where}: {e}") from None
 
 
 def _output(stage_dir: Path, kind: str) -> str:

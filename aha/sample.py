@@ -14,11 +14,13 @@ from typing import Literal, Optional
 
 import torch
 
+from .config import checked_keys
 from .data import encode_prompt, is_conversational, load_rows, write_jsonl
 
 KEEP = ("best", "all_correct", "shortest_correct")
 
 
+@checked_keys
 @dataclass
 class SampleConfig:
     model: str = ""

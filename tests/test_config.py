@@ -25,6 +25,8 @@ def test_yaml_then_overrides(tmp_path):
 def test_unknown_key_suggests_the_closest():
     with pytest.raises(ConfigError, match="unknown config key 'learning_rat'.*did you mean 'learning_rate'"):
         parse_args(GRPOConfig, ["learning_rat=1e-4"])
+    with pytest.raises(ConfigError, match="unknown config key 'num_generation'.*did you mean 'num_generations'"):
+        GRPOConfig(num_generation=4)  # the Python API, as in TRL's GRPOConfig(...)
 
 
 def test_wrong_types_are_named():
@@ -96,6 +98,8 @@ def test_empty_dataset_and_prompt_longer_than_the_context(tiny_dir, tmp_path):
     ok = [lambda prompts, completions, **kw: [0.0] * len(completions)]
     with pytest.raises(ValueError, match="the training dataset is empty"):
         GRPOTrainer(tiny_dir, ok, _args(tmp_path), [])
+    with pytest.raises(ValueError, match=r"dataset row 1 has no 'prompt' column; its columns: \['question'\]"):
+        GRPOTrainer(tiny_dir, ok, _args(tmp_path), [{"prompt": "1+1="}, {"question": "2+2="}])
     long = [{"prompt": "1+1=" * 200}]  # 800 tokens, the tiny model's context is 512
     with pytest.raises(ValueError, match=r"prompt 0 has \d+ tokens; with max_completion_length 8 it exceeds "
                                          r"the model's context of 512"):

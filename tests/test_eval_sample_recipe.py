@@ -44,6 +44,8 @@ def test_eval_bad_input(tmp_path, capsys):
     assert "is a directory but not a model directory (it has no config.json)" in capsys.readouterr().err
     with pytest.raises(ValueError, match="k=8 is larger than n_samples=4"):
         EvalConfig(model="x", k=[1, 8], n_samples=4)
+    with pytest.raises(ValueError, match=r"k=\[1, 8\] needs sampled completions: set n_samples >= 8"):
+        EvalConfig(model="x", k=[1, 8])  # without n_samples the k would be silently ignored
 
 
 def test_eval_unknown_task(tiny_dir, capsys):
@@ -108,6 +110,20 @@ def test_rejection_sampling_writes_verified_rows_and_mixes(tiny_dir, tmp_path):
 def test_recipe_errors_before_anything_runs(stages, msg):
     with pytest.raises(ValueError, match=msg):
         validate({"stages": stages})
+
+
+@pytest.mark.parametrize("recipe, msg", [
+    ({"stages": [{"name": "a", "type": "sft", "model": "no/such-model"}]},
+     r"stage 'a': 'no/such-model' is neither a known short name"),
+    ({"model": "@x", "stages": [{"name": "a", "type": "sft", "dataset": "missing.jsonl"}]},
+     r"stage 'a': dataset 'missing.jsonl' is not a file"),
+    ({"model": "@x", "stages": [{"name": "a", "type": "eval", "task": "arithmetik"}]}, r"stage 'a': .*arithmetik"),
+    ({"eval": {"task": "arithmetic", "num_problem": 4}, "stages": [{"name": "a", "type": "tiny"}]},
+     r"recipe `eval` block: .*did you mean 'num_problems'"),
+])
+def test_recipe_missing_inputs_fail_before_anything_runs(recipe, msg):
+    with pytest.raises(ValueError, match=msg):
+        validate(recipe)
 
 
 def test_recipe_runs_all_stage_types_and_resumes(tmp_path, capsys):

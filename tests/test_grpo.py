@@ -72,6 +72,7 @@ def test_trl_style_rewards_columns_async_none_and_chat(tiny_dir, tmp_path):
 
     def uses_answer(prompts, completions, answer, **kwargs):
         got["completion"], got["answer"], got["kwargs"] = completions[0], answer[0], set(kwargs)
+        got["step"] = kwargs["trainer_state"].global_step, kwargs["trainer_state"].max_steps
         return [1.0 if c[0]["content"].strip() == a else 0.0 for c, a in zip(completions, answer)]
 
     async def sometimes_none(prompts, completions, **kwargs):
@@ -83,6 +84,7 @@ def test_trl_style_rewards_columns_async_none_and_chat(tiny_dir, tmp_path):
     m = t.step()
     assert isinstance(got["completion"], list) and got["completion"][0]["role"] == "assistant"
     assert got["answer"] in {r["answer"] for r in PROMPTS} and "completion_ids" in got["kwargs"]
+    assert got["step"] == (0, 1)  # TRL's trainer_state: optimizer steps completed, and the total
     assert m["reward/none_frac/sometimes_none"] == 0.5
     assert m["reward/sometimes_none/mean"] == 0.5  # the None values are left out, not counted as 0
 
@@ -101,6 +103,7 @@ def test_a_raising_reward_does_not_kill_the_run(tiny_dir, tmp_path):
     m1 = t.step()
     m2 = t.step()
     assert m1["reward/errors"] == 0 and m2["reward/errors"] == 1
+    assert m1["reward/nan"] == 1 and m2["reward/nan"] == 0  # the NaN is counted (step 2's call raised)
     assert m1["reward/none_frac/flaky"] == pytest.approx(1 / 8)  # the NaN is excluded, not a 0
     assert math.isfinite(m2["reward/mean"])
 

@@ -58,6 +58,7 @@ def test_score_completions_matrix_and_metrics():
     assert torch.equal(rewards.isnan(), expected.isnan())
     assert torch.allclose(rewards.nan_to_num(-9), expected.nan_to_num(-9))
     assert metrics["reward/errors"] == 1
+    assert metrics["reward/nan"] == 1  # slow_async's inf; the None values are "not applicable", not counted
     assert metrics["reward/none_frac/math"] == 0.5 and metrics["reward/none_frac/broken"] == 1.0
     assert metrics["reward/none_frac/slow_async"] == 0.5 and metrics["reward/none_frac/format"] == 0.0
     assert metrics["reward/data_errors"] == 1
@@ -69,11 +70,16 @@ def test_errors_are_logged_once_per_function(caplog, monkeypatch):
     def flaky(prompts, completions, **kwargs):
         raise ValueError("bad")
 
+    def nan_giver(prompts, completions, **kwargs):
+        return [float("nan")]
+
     with caplog.at_level(logging.ERROR, logger="aha.rewards.scoring"):
         for _ in range(3):
-            _, metrics = score_completions([flaky], ["p"], ["c"], {})
-            assert metrics["reward/errors"] == 1
+            _, metrics = score_completions([flaky, nan_giver], ["p"], ["c"], {})
+            assert metrics["reward/errors"] == 1 and metrics["reward/nan"] == 1
     assert sum("flaky" in r.getMessage() for r in caplog.records) == 1
+    assert sum("nan_giver" in r.getMessage() for r in caplog.records) == 1
+    assert caplog.records[0].exc_info is not None  # the raise is logged with its traceback
 
 
 def test_wrong_length_names_function_expected_and_got():

@@ -41,6 +41,12 @@ def test_known_models_describe_their_source():
     assert "not the same as" in entry.note and "bf16" in entry.note
 
 
+def test_models_list_command_prints_each_known_model_with_its_note():
+    out = subprocess.run([sys.executable, "-m", "aha.cli", "models", "list"], capture_output=True,
+                         text=True, check=True).stdout
+    assert json.loads(out) == {name: m.note for name, m in zoo.KNOWN_MODELS.items()}
+
+
 def test_unknown_short_name_lists_known_names(tmp_path):
     with pytest.raises(ValueError, match=NAME):
         zoo.get_model("gpt-17", cache_dir=tmp_path)

@@ -54,8 +54,9 @@ def load_rows(dataset, prompt_column: str | None = "prompt", required: tuple[str
     if len(rows) == 0:
         raise ValueError("the training dataset is empty")
     for col in ((prompt_column,) if prompt_column else ()) + tuple(required):
-        if col not in rows[0]:
-            raise ValueError(f"dataset has no '{col}' column; columns: {sorted(rows[0])}")
+        for i, r in enumerate(rows):
+            if col not in r:
+                raise ValueError(f"dataset row {i} has no '{col}' column; its columns: {sorted(r)}")
     if prompt_column not in (None, "prompt"):
         rows = [{**r, "prompt": r[prompt_column]} for r in rows]
     return rows

@@ -33,7 +33,7 @@ def register_task(task: Task) -> Task:
 
 
 def _load_builtin() -> None:
-    from . import benchmarks, synthetic  # noqa: F401  (importing registers their tasks)
+    from . import benchmarks, smollm, synthetic  # noqa: F401  (importing registers their tasks)
 
 
 def get_task(name: str) -> Task:

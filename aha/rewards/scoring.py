@@ -52,6 +52,14 @@ def check_columns(reward_funcs: list[Callable], columns: Iterable[str]) -> None:
                 raise _missing_column(fn, col, columns)
 
 
+def _first_time(key: str) -> bool:
+    """True the first time `key` is seen in this process: each kind of failure is logged once."""
+    with _LOGGED_LOCK:
+        first = key not in _LOGGED
+        _LOGGED.add(key)
+    return first
+
+
 def _is_async(fn: Callable) -> bool:
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
 
@@ -65,9 +73,10 @@ def _as_float(v: Any) -> float:
 
 
 def score_completions(reward_funcs: list[Callable], prompts: list, completions: list, columns: dict[str, list],
-                      completion_ids: list | None = None) -> tuple[Any, dict[str, float]]:
+                      completion_ids: list | None = None, trainer_state: Any = None) -> tuple[Any, dict[str, float]]:
     """Rewards [N, F] (float32, NaN where a value is None, non-finite, or its function raised) and metrics:
-    `reward/errors` (raised calls), `reward/none_frac/<name>` (share of NaN in the column), and each function's
+    `reward/errors` (raised calls), `reward/nan` (returned values that are NaN, inf or not numbers; None is
+    "not applicable" and not counted), `reward/none_frac/<name>` (share of NaN in the column), and each function's
     `pop_metrics()` as `reward/<key>`, summed over functions.
 
     Async functions are awaited together (asyncio.gather) on a helper thread while the sync ones run one after
@@ -79,6 +88,8 @@ def score_completions(reward_funcs: list[Callable], prompts: list, completions: 
     kwargs: dict[str, Any] = dict(columns)
     if completion_ids is not None:
         kwargs["completion_ids"] = completion_ids
+    if trainer_state is not None:
+        kwargs["trainer_state"] = trainer_state  # as TRL passes it: curricula read trainer_state.global_step
     outcomes: list[Any] = [None] * len(reward_funcs)
     async_idx = [i for i, fn in enumerate(reward_funcs) if _is_async(fn)]
 
@@ -99,7 +110,7 @@ def score_completions(reward_funcs: list[Callable], prompts: list, completions: 
                 outcomes[i] = value
 
     rewards = torch.full((n, len(reward_funcs)), math.nan, dtype=torch.float32)  # [N, F]
-    metrics: dict[str, float] = {"reward/errors": 0.0}
+    metrics: dict[str, float] = {"reward/errors": 0.0, "reward/nan": 0.0}
     for j, (fn, outcome) in enumerate(zip(reward_funcs, outcomes)):
         name = reward_name(fn)
         if isinstance(outcome, KeyError) and outcome.args and outcome.args[0] not in kwargs:
@@ -108,10 +119,7 @@ def score_completions(reward_funcs: list[Callable], prompts: list, completions: 
             if not isinstance(outcome, Exception):
                 raise outcome  # KeyboardInterrupt, SystemExit: not ours to swallow
             metrics["reward/errors"] += 1
-            with _LOGGED_LOCK:
-                first = name not in _LOGGED
-                _LOGGED.add(name)
-            if first:
+            if _first_time(name):
                 logger.error("reward function %s raised; its rewards are NaN for this batch", name,
                              exc_info=(type(outcome), outcome, outcome.__traceback__))
         else:
@@ -119,6 +127,13 @@ def score_completions(reward_funcs: list[Callable], prompts: list, completions: 
             if len(values) != n:
                 raise ValueError(f"reward function {name} returned {len(values)} values, expected {n}")
             rewards[:, j] = torch.tensor([_as_float(v) for v in values], dtype=torch.float32)
+            bad = sum(v is not None and math.isnan(_as_float(v)) for v in values)  # NaN, inf, not a number
+            if bad:
+                metrics["reward/nan"] += bad
+                if _first_time(name + "/nan"):
+                    first_bad = next(v for v in values if v is not None and math.isnan(_as_float(v)))
+                    logger.error("reward function %s returned %d non-finite or non-numeric value(s) (first: %r); "
+                                 "they are excluded like None", name, bad, first_bad)
         metrics[f"reward/none_frac/{name}"] = rewards[:, j].isnan().float().mean().item() if n else 0.0
         pop = getattr(fn, "pop_metrics", None)
         if callable(pop):

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
+from ..config import checked_keys
+
 
 @dataclass
 class TrainConfig:
@@ -70,6 +72,7 @@ class TrainConfig:
     """torch CPU threads (0: torch's default)."""
 
 
+@checked_keys
 @dataclass
 class GRPOConfig(TrainConfig):
     """GRPO: sample a group per prompt, score it, group-relative advantages, clipped update."""
@@ -167,6 +170,7 @@ class GRPOConfig(TrainConfig):
         return self.generation_batch_size // self.num_generations
 
 
+@checked_keys
 @dataclass
 class SFTConfig(TrainConfig):
     """Supervised fine-tuning on prompt/completion pairs or chat messages (loss on completions)."""

@@ -10,6 +10,7 @@ import copy
 import json
 import time
 from contextlib import nullcontext
+from types import SimpleNamespace
 from typing import Callable
 
 import torch
@@ -142,8 +143,9 @@ class GRPOTrainer(Trainer):
         completions = ([[{"role": "assistant", "content": t}] for t in texts]
                        if is_conversational(rows[0]["prompt"]) else texts)
         columns = {k: [r.get(k) for r in rows for _ in range(G)] for k in rows[0] if k != "prompt"}
+        state = SimpleNamespace(global_step=self.step_count, max_steps=self.max_steps)  # TRL's TrainerState fields
         rpf, metrics = score_completions(self.reward_funcs, prompts, completions, columns,
-                                         completion_ids=comp_ids)
+                                         completion_ids=comp_ids, trainer_state=state)
         self._last_texts = (prompts, texts)
         for j, fn in enumerate(self.reward_funcs):
             col = rpf[:, j]

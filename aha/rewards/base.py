@@ -39,9 +39,9 @@ class Reward(abc.ABC):
         self._counts_lock = threading.Lock()
 
     def count(self, key: str, n: float = 1) -> None:
-        if n:
-            with self._counts_lock:
-                self._counts[key] += n
+        """Add n to a counter; a zero still makes the key appear, so the metric is logged every step."""
+        with self._counts_lock:
+            self._counts[key] += n
 
     def pop_metrics(self) -> dict[str, float]:
         """Counts since the last call, e.g. {"timeouts": 2.0}."""

@@ -126,14 +126,13 @@ def score_completions(reward_funcs: list[Callable], prompts: list, completions: 
             values = list(outcome)
             if len(values) != n:
                 raise ValueError(f"reward function {name} returned {len(values)} values, expected {n}")
-            rewards[:, j] = torch.tensor([_as_float(v) for v in values], dtype=torch.float32)
-            bad = sum(v is not None and math.isnan(_as_float(v)) for v in values)  # NaN, inf, not a number
-            if bad:
-                metrics["reward/nan"] += bad
-                if _first_time(name + "/nan"):
-                    first_bad = next(v for v in values if v is not None and math.isnan(_as_float(v)))
-                    logger.error("reward function %s returned %d non-finite or non-numeric value(s) (first: %r); "
-                                 "they are excluded like None", name, bad, first_bad)
+            floats = [_as_float(v) for v in values]
+            rewards[:, j] = torch.tensor(floats, dtype=torch.float32)
+            bad = [v for v, x in zip(values, floats) if v is not None and math.isnan(x)]  # NaN, inf, not a number
+            metrics["reward/nan"] += len(bad)
+            if bad and _first_time(name + "/nan"):
+                logger.error("reward function %s returned %d non-finite or non-numeric value(s) (first: %r); "
+                             "they are excluded like None", name, len(bad), bad[0])
         metrics[f"reward/none_frac/{name}"] = rewards[:, j].isnan().float().mean().item() if n else 0.0
         pop = getattr(fn, "pop_metrics", None)
         if callable(pop):

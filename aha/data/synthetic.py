@@ -104,5 +104,5 @@ register_task(Task(
     load=lambda split, n=None, seed=0: make_addition(split, n or (4000 if split == "train" else 200), seed),
     rewards=_rewards, correct=_correct, extract=_extract, reward_weights=[1.0, 0.1, 0.5],
     max_completion_length=48,
-    info={"description": "column addition of 1-3 digit numbers, <think> column sums </think><answer>"},
+    info={"description": "column addition of 1-2 digit numbers, <think> column sums </think><answer>"},
 ))

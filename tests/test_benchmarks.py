@@ -113,6 +113,12 @@ def test_jsonl_task_maps_columns(tmp_path):
     assert via_name.name == f"jsonl:{path}"
     with pytest.raises(ValueError, match="no column 'prompt'"):
         via_name.load("train")  # default column names do not exist in this file
+    mapped = resolve_task(f"jsonl:{path}@plain?prompt=q&answer=gold")  # the same mapping from a task name
+    assert [(r["prompt"], r["answer"]) for r in mapped.load("train")] == [(r["prompt"], r["answer"]) for r in rows]
+    with pytest.raises(ValueError, match=r"unknown option 'answer_col' .*valid: \['answer', 'prompt', 'reward'\]"):
+        resolve_task(f"jsonl:{path}?answer_col=gold")
+    with pytest.raises(ValueError, match="row 0 has no column 'question'"):
+        resolve_task(f"jsonl:{path}?prompt=question&answer=gold").load("train")
 
 
 def test_jsonl_task_split_files(tmp_path):

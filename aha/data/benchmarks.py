@@ -260,19 +260,33 @@ BUILDERS = {"gsm8k": gsm8k_task, "math500": math500_task, "humaneval": humaneval
 """Benchmarks that take another prompt template by name: `gsm8k@boxed`, `math500@r1_base`."""
 
 
+JSONL_OPTIONS = {"prompt": "prompt_column", "answer": "answer_column", "reward": "reward"}
+"""`jsonl:PATH?prompt=q&answer=gold&reward=code` -> jsonl_task's arguments."""
+
+
 def resolve_task(name: str) -> Task:
-    """`jsonl:PATH` -> jsonl_task(PATH); `NAME@TEMPLATE` -> a benchmark with that prompt template (also
-    `jsonl:PATH@TEMPLATE`); any other name -> the registered task."""
+    """`jsonl:PATH` -> jsonl_task(PATH), with optional `@TEMPLATE` and `?prompt=COL&answer=COL&reward=math|code`
+    (`jsonl:data/qa.jsonl@plain?prompt=question&answer=gold`); `NAME@TEMPLATE` -> a benchmark with that
+    prompt template; any other name -> the registered task."""
+    from urllib.parse import parse_qsl
+
     from .prompts import TEMPLATES
-    base, at, template = name.rpartition("@")
-    if at and base in BUILDERS:
-        return BUILDERS[base](template, name=name)  # an unknown template raises, listing the valid ones
     if name.startswith("jsonl:"):
-        path, template = (base, template) if at and template in TEMPLATES else (name, "r1")
+        spec, _, query = name.partition("?")
+        options = {}
+        for key, value in parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query)):
+            if key not in JSONL_OPTIONS:
+                raise ValueError(f"unknown option '{key}' in task name '{name}'; valid: {sorted(JSONL_OPTIONS)}")
+            options[JSONL_OPTIONS[key]] = value
+        base, at, template = spec.rpartition("@")
+        path, template = (base, template) if at and template in TEMPLATES else (spec, "r1")
         path = path[len("jsonl:"):]
         if not path:
             raise ValueError("empty path in task name 'jsonl:'; use jsonl:PATH/TO/FILE.jsonl")
-        return jsonl_task(path, template=template, name=name)
+        return jsonl_task(path, template=template, name=name, **options)
+    base, at, template = name.rpartition("@")
+    if at and base in BUILDERS:
+        return BUILDERS[base](template, name=name)  # an unknown template raises, listing the valid ones
     return get_task(name)
 
 

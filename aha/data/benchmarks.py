@@ -15,7 +15,7 @@ from pathlib import Path
 
 from . import is_conversational, read_jsonl
 from .prompts import PromptTemplate, get_template
-from .tasks import Task, get_task, register_task
+from .tasks import Task, extract_math_answer, get_task, register_task
 
 DATA_ENV = "AHA_DATA_DIR"
 FORMAT_WEIGHT = 0.1
@@ -67,11 +67,6 @@ def _math_rewards(template: PromptTemplate, symbolic: bool):
 
 def _weights(template: PromptTemplate) -> list[float]:
     return [1.0, FORMAT_WEIGHT] if template.style == "r1" else [1.0]
-
-
-def _extract(text: str):
-    from ..rewards import extract_answer
-    return extract_answer(text)
 
 
 def _code_reward(mode: str = "all"):
@@ -140,7 +135,7 @@ def gsm8k_task(template="r1", name: str = "gsm8k") -> Task:
     return Task(
         name=name, load=lambda split, n=None, seed=0: gsm8k_rows(split, n, seed, tpl),
         rewards=lambda: _math_rewards(tpl, symbolic=False), correct=lambda: _math_correct(False),
-        extract=_extract, reward_weights=_weights(tpl), max_completion_length=512,
+        extract=extract_math_answer, reward_weights=_weights(tpl), max_completion_length=512,
         info={"description": "grade-school maths word problems; gold is the number after ####",
               "source": "openai/grade-school-math", "style": tpl.style, "chat": tpl.chat})
 
@@ -167,7 +162,7 @@ def math500_task(template="r1", name: str = "math500") -> Task:
     return Task(
         name=name, load=lambda split, n=None, seed=0: math500_rows(split, n, seed, tpl),
         rewards=lambda: _math_rewards(tpl, symbolic=True), correct=lambda: _math_correct(True),
-        extract=_extract, reward_weights=_weights(tpl), max_completion_length=1024, splits=("test",),
+        extract=extract_math_answer, reward_weights=_weights(tpl), max_completion_length=1024, splits=("test",),
         info={"description": "MATH-500 competition problems; LaTeX gold compared symbolically",
               "source": "Hendrycks et al. MATH, MATH-500 split", "style": tpl.style, "chat": tpl.chat})
 
@@ -251,7 +246,7 @@ def jsonl_task(path: str | Path, prompt_column: str = "prompt", answer_column: s
         return subset(jsonl_rows(str(path).replace("{split}", split), prompt_column, answer, tpl), n, seed)
 
     return Task(name=name or f"jsonl:{path}", load=load, rewards=lambda: train_rewards(tpl), correct=correct,
-                extract=_extract if reward == "math" else None,
+                extract=extract_math_answer if reward == "math" else None,
                 reward_weights=_weights(tpl) if reward == "math" else None,
                 info={"description": f"rows of {path}", "style": tpl.style, "chat": tpl.chat})
 

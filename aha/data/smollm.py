@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .synthetic import _split_of
-from .tasks import Task, register_task
+from .tasks import Task, extract_math_answer, math_answer_reward, register_task
 
 INSTRUCTION = "Answer with just the number."
 TEST_PERCENT = 25
@@ -70,26 +70,11 @@ def make_rows(name: str, split: str, n: int | None = None, seed: int = 0) -> lis
              "question": f"{a} {op.symbol} {b}", "id": f"{split}/{a}{op.symbol}{b}"} for a, b in pairs[:n]]
 
 
-def _rewards():
-    from ..rewards import math_reward
-    return [math_reward]
-
-
-def _correct():
-    from ..rewards import math_reward
-    return math_reward
-
-
-def _extract(text: str):
-    from ..rewards import extract_answer
-    return extract_answer(text)
-
-
 for _name, _desc in (("add", "a + b, a and b in 0..50"), ("sub", "a - b, 0 <= b <= a <= 50")):
     register_task(Task(
         name=f"chat_{_name}",
         load=lambda split, n=None, seed=0, _name=_name: make_rows(_name, split, n, seed),
-        rewards=_rewards, correct=_correct, extract=_extract, reward_weights=[1.0],
+        rewards=lambda: [math_answer_reward()], correct=math_answer_reward, extract=extract_math_answer, reward_weights=[1.0],
         max_completion_length=24,
         info={"description": f"{_desc}, asked in words as a chat prompt; the reply's final number is checked"},
     ))

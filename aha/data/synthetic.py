@@ -11,7 +11,7 @@ import hashlib
 import random
 import re
 
-from .tasks import Task, register_task
+from .tasks import Task, extract_math_answer, math_answer_reward, register_task
 
 SYSTEM = "Think step by step inside <think></think>, then give the answer inside <answer></answer>."
 
@@ -89,20 +89,12 @@ def _rewards():
     return [math_reward, format_reward, column_steps_reward]
 
 
-def _correct():
-    from ..rewards import math_reward
-    return math_reward
-
-
-def _extract(text: str):
-    from ..rewards import extract_answer
-    return extract_answer(text)
 
 
 register_task(Task(
     name="arithmetic",
     load=lambda split, n=None, seed=0: make_addition(split, n or (4000 if split == "train" else 200), seed),
-    rewards=_rewards, correct=_correct, extract=_extract, reward_weights=[1.0, 0.1, 0.5],
+    rewards=_rewards, correct=math_answer_reward, extract=extract_math_answer, reward_weights=[1.0, 0.1, 0.5],
     max_completion_length=48,
     info={"description": "column addition of 1-2 digit numbers, <think> column sums </think><answer>"},
 ))

@@ -27,6 +27,18 @@ class Task:
 TASKS: dict[str, Task] = {}
 
 
+def math_answer_reward():
+    """`math_reward` (final answer right -> 1.0), imported on first use so that tasks load without the verifiers."""
+    from ..rewards import math_reward
+    return math_reward
+
+
+def extract_math_answer(text: str) -> str | None:
+    """The final answer of a completion (<answer>, \\boxed{}, last number), for maj@k."""
+    from ..rewards import extract_answer
+    return extract_answer(text)
+
+
 def register_task(task: Task) -> Task:
     TASKS[task.name] = task
     return task

@@ -7,7 +7,7 @@ Nothing here knows about models, configs or I/O.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
 from torch import Tensor
@@ -38,112 +38,123 @@ def _registry(kind: str):
 ADVANTAGES, _register_adv, get_advantage = _registry("advantage estimator")
 KL_ESTIMATORS, _register_kl, get_kl = _registry("KL estimator")
 AGGREGATIONS, _register_agg, get_aggregation = _registry("loss aggregation (loss_type)")
+RATIOS, _register_ratio, get_ratio = _registry("importance_sampling_level")
 
 
 # ---------------------------------------------------------------- advantages
-def _group_stats(rewards: Tensor, group_size: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Per-group (values [B,G] with NaN->0, valid mask [B,G], count [B,1], mean [B,1]).
+class GroupStats(NamedTuple):
+    """Rewards of each group with the statistics every estimator reads, computed once per batch.
 
     NaN marks a reward that could not be computed: it is left out of its group's statistics.
     """
+
+    r: Tensor      # [B,G] rewards, NaN -> 0
+    valid: Tensor  # [B,G] finite rewards
+    count: Tensor  # [B,1] valid rewards per group
+    mean: Tensor   # [B,1] mean of the valid rewards
+    std: Tensor    # [B,1] unbiased (n-1) std of the valid rewards, as torch.std and TRL use
+
+
+def group_stats(rewards: Tensor, group_size: int) -> GroupStats:
+    """GroupStats for rewards [N] laid out prompt-major (rows i*G .. i*G+G-1 share a prompt)."""
     assert rewards.dim() == 1 and rewards.numel() % group_size == 0, (rewards.shape, group_size)
     r = rewards.view(-1, group_size)                                  # [B,G]
     valid = torch.isfinite(r)                                         # [B,G]
     r = torch.where(valid, r, torch.zeros_like(r))                    # [B,G]
     count = valid.sum(-1, keepdim=True)                               # [B,1]
     mean = r.sum(-1, keepdim=True) / count.clamp(min=1)               # [B,1]
-    return r, valid, count, mean
-
-
-def _group_std(r: Tensor, valid: Tensor, count: Tensor, mean: Tensor) -> Tensor:
-    """Unbiased (n-1) std over the valid members of each group, as torch.std and TRL use."""
     sq = ((r - mean) ** 2 * valid).sum(-1, keepdim=True)              # [B,1]
-    return (sq / (count - 1).clamp(min=1)).sqrt()                     # [B,1]
-
-
-def _finish(adv: Tensor, valid: Tensor, count: Tensor) -> Tensor:
-    """Zero the advantage of excluded rewards and of groups with fewer than two valid rewards."""
-    keep = valid & (count >= 2)                                       # [B,G]
-    return torch.where(keep, adv, torch.zeros_like(adv)).reshape(-1)  # [N]
+    std = (sq / (count - 1).clamp(min=1)).sqrt()                      # [B,1]
+    return GroupStats(r, valid, count, mean, std)
 
 
 @_register_adv("grpo")
-def grpo_advantages(rewards: Tensor, group_size: int, eps: float = ADV_EPS) -> Tensor:
+def grpo_advantages(g: GroupStats, eps: float) -> Tensor:
     """(r - group mean) / (group std + eps), as in DeepSeekMath."""
-    r, valid, count, mean = _group_stats(rewards, group_size)
-    std = _group_std(r, valid, count, mean)                           # [B,1]
-    return _finish((r - mean) / (std + eps), valid, count)
+    return (g.r - g.mean) / (g.std + eps)                             # [B,G]
 
 
 @_register_adv("dr_grpo")
-def dr_grpo_advantages(rewards: Tensor, group_size: int, eps: float = ADV_EPS) -> Tensor:
+def dr_grpo_advantages(g: GroupStats, eps: float) -> Tensor:
     """r - group mean, no std division (Dr. GRPO: the std term biases toward easy/hard prompts)."""
-    r, valid, count, mean = _group_stats(rewards, group_size)
-    return _finish(r - mean, valid, count)
+    return g.r - g.mean                                               # [B,G]
 
 
 @_register_adv("batch")
-def batch_advantages(rewards: Tensor, group_size: int, eps: float = ADV_EPS) -> Tensor:
+def batch_advantages(g: GroupStats, eps: float) -> Tensor:
     """(r - group mean) / (batch std + eps): REINFORCE++-style normalisation over the whole batch."""
-    r, valid, count, mean = _group_stats(rewards, group_size)
-    centred = (r - mean) * valid                                      # [B,G]
-    n = valid.sum().clamp(min=2)
-    batch_std = ((centred - centred.sum() / n) ** 2 * valid).sum().div(n - 1).sqrt()
-    return _finish(centred / (batch_std + eps), valid, count)
+    centred = (g.r - g.mean) * g.valid                                # [B,G]
+    n = g.valid.sum().clamp(min=2)
+    batch_std = ((centred - centred.sum() / n) ** 2 * g.valid).sum().div(n - 1).sqrt()
+    return centred / (batch_std + eps)                                # [B,G]
 
 
 @_register_adv("rloo")
-def rloo_advantages(rewards: Tensor, group_size: int, eps: float = ADV_EPS) -> Tensor:
+def rloo_advantages(g: GroupStats, eps: float) -> Tensor:
     """r_i - mean of the other valid rewards of the group (leave-one-out baseline)."""
-    r, valid, count, _ = _group_stats(rewards, group_size)
-    others = (r.sum(-1, keepdim=True) - r) / (count - 1).clamp(min=1)  # [B,G]
-    return _finish(r - others, valid, count)
+    others = (g.r.sum(-1, keepdim=True) - g.r) / (g.count - 1).clamp(min=1)  # [B,G]
+    return g.r - others                                               # [B,G]
 
 
 def compute_advantages(name: str, rewards: Tensor, group_size: int,
                        eps: float = ADV_EPS) -> tuple[Tensor, dict[str, float]]:
-    """Advantages [N] for rewards [N] (NaN = excluded) plus group metrics."""
-    assert rewards.dim() == 1 and rewards.numel() % group_size == 0, (rewards.shape, group_size)
-    adv = get_advantage(name)(rewards, group_size, eps)               # [N]
-    r, valid, count, mean = _group_stats(rewards, group_size)
-    std = _group_std(r, valid, count, mean)                           # [B,1]
+    """Advantages [N] for rewards [N] (NaN = excluded) plus group metrics.
+
+    An excluded reward, and every member of a group with fewer than two valid rewards, gets advantage 0.
+    Example: "grpo", rewards [1, 0, 0, 1], G=4 -> mean 0.5, std 0.577 -> [0.866, -0.866, -0.866, 0.866].
+    """
+    estimator = get_advantage(name)
+    g = group_stats(rewards, group_size)
+    keep = g.valid & (g.count >= 2)                                   # [B,G]
+    adv = torch.where(keep, estimator(g, eps), torch.zeros_like(g.r)).reshape(-1)  # [N]
     metrics = {
-        "reward/zero_std_frac": (std.squeeze(-1) == 0).float().mean().item(),
-        "reward/group_std_mean": std.mean().item(),
+        "reward/zero_std_frac": (g.std.squeeze(-1) == 0).float().mean().item(),
+        "reward/group_std_mean": g.std.mean().item(),
     }
     return adv, metrics
 
 
 # ---------------------------------------------------------------- policy loss
+@_register_ratio("token")
+def token_log_ratio(log_ratio: Tensor, mask: Tensor) -> Tensor:
+    """PPO/GRPO: each token has its own ratio pi/pi_old."""
+    return log_ratio                                                  # [N,T]
+
+
+@_register_ratio("sequence")
+def sequence_log_ratio(log_ratio: Tensor, mask: Tensor) -> Tensor:
+    """GSPO: one ratio per sequence, the geometric mean of its token ratios, on every token.
+
+    Example: token log-ratios [0.2, 0.4] -> 0.3 on both tokens.
+    """
+    per_seq = (log_ratio * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1)  # [N,1]
+    return per_seq.expand_as(log_ratio)                               # [N,T]
+
+
 def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor,
                 epsilon: float = 0.2, epsilon_high: float | None = None,
                 level: str = "token", delta: float | None = None
                 ) -> tuple[Tensor, dict[str, Tensor]]:
     """PPO clipped surrogate per token, [N,T], and clip indicators for metrics.
 
-    ratio = pi/pi_old per token (level="token"), or the sequence's geometric mean of token ratios
-    broadcast over its tokens (level="sequence", GSPO). Clip range is [1-epsilon, 1+epsilon_high]
-    (clip-higher, DAPO); `delta` additionally caps the unclipped ratio from above (two-sided clip).
+    The ratio is pi/pi_old per token or per sequence (`level`, a RATIOS entry). Clip range is
+    [1-epsilon, 1+epsilon_high] (clip-higher, DAPO); `delta` additionally caps the unclipped ratio from
+    above (two-sided clip).
     Example: ratio 1.5, A=+1, eps 0.2 -> loss -min(1.5, 1.2) = -1.2, counted as clipped high.
     """
     N, T = logp.shape
     assert old_logp.shape == (N, T) and mask.shape == (N, T) and advantages.shape == (N,)
-    if level not in ("token", "sequence"):
-        raise ValueError(f"unknown importance_sampling_level '{level}'; valid: ['sequence', 'token']")
     eps_high = epsilon if epsilon_high is None else epsilon_high
-    mask = mask.to(logp.dtype)
-    log_ratio = logp - old_logp                                       # [N,T]
-    if level == "sequence":  # GSPO: one ratio per sequence, exp(mean token log ratio)
-        log_ratio = ((log_ratio * mask).sum(-1, keepdim=True)
-                     / mask.sum(-1, keepdim=True).clamp(min=1)).expand(N, T)  # [N,T]
+    mask = mask.to(logp.dtype)                                        # [N,T]
+    log_ratio = get_ratio(level)(logp - old_logp, mask)               # [N,T]
     ratio = torch.exp(log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))  # [N,T]
     adv = advantages.unsqueeze(-1)                                    # [N,1]
     clipped = ratio.clamp(1 - epsilon, 1 + eps_high)                  # [N,T]
-    unclipped = ratio.clamp(max=delta) if delta is not None else ratio
+    unclipped = ratio.clamp(max=delta) if delta is not None else ratio  # [N,T]
     loss = -torch.min(unclipped * adv, clipped * adv)                 # [N,T]
     stats = {
-        "clip/low": ((ratio < 1 - epsilon) & (adv < 0)).to(logp.dtype),
-        "clip/high": ((ratio > 1 + eps_high) & (adv > 0)).to(logp.dtype),
+        "clip/low": ((ratio < 1 - epsilon) & (adv < 0)).to(logp.dtype),   # [N,T]
+        "clip/high": ((ratio > 1 + eps_high) & (adv > 0)).to(logp.dtype),  # [N,T]
     }
     return loss, stats
 
@@ -213,8 +224,3 @@ def aggregate(name: str, loss: Tensor, mask: Tensor, num_sequences: int | None =
         int(mask.sum().item()) if num_tokens is None else num_tokens,
         loss.shape[1] if max_len is None else max_len)
 
-
-def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
-    """Mean of x over mask (0 when the mask is empty)."""
-    mask = mask.to(x.dtype)
-    return (x * mask).sum() / mask.sum().clamp(min=1)

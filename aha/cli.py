@@ -38,28 +38,6 @@ def _config(cls, argv: list[str], positional: str | None = None):
     return parse_args(cls, _normalise(argv, positional))
 
 
-def cmd_train(argv):
-    from .stages import run_grpo
-    from .train.config import GRPOConfig
-    return run_grpo(_config(GRPOConfig, argv))
-
-
-def cmd_sft(argv):
-    from .stages import run_sft
-    from .train.config import SFTConfig
-    return run_sft(_config(SFTConfig, argv))
-
-
-def cmd_eval(argv):
-    from .eval import EvalConfig, run_eval
-    return run_eval(_config(EvalConfig, argv, positional="model"))
-
-
-def cmd_sample(argv):
-    from .sample import SampleConfig, run_sample
-    return run_sample(_config(SampleConfig, argv))
-
-
 def cmd_recipe(argv):
     from .recipe import run_recipe
     if not argv or argv[0] in ("--help", "-h"):
@@ -69,7 +47,7 @@ def cmd_recipe(argv):
 
 
 def cmd_models(argv):
-    from .zoo import KNOWN_MODELS, get_model
+    from .models.zoo import KNOWN_MODELS, get_model
     if len(argv) == 2 and argv[0] == "get":
         return {"path": str(get_model(argv[1]))}
     if argv[:1] == ["list"] or not argv:
@@ -78,13 +56,17 @@ def cmd_models(argv):
     sys.exit(2)
 
 
-def cmd_demo(argv):
-    from .demo import DemoConfig, run_demo
-    return run_demo(_config(DemoConfig, argv))
+def _stage_command(name: str):
+    def run(argv):
+        from .stages import get_stage
+        stage = get_stage(name)
+        return stage.run(_config(stage.config, argv, stage.positional))
+    return run
 
 
-COMMANDS = {"train": cmd_train, "sft": cmd_sft, "eval": cmd_eval, "sample": cmd_sample,
-            "recipe": cmd_recipe, "models": cmd_models, "demo": cmd_demo}
+CLI_STAGES = ("demo", "train", "sft", "eval", "sample")
+"""Stages with a command of their own (the rest of aha.stages.STAGES run inside recipes)."""
+COMMANDS = {**{name: _stage_command(name) for name in CLI_STAGES}, "recipe": cmd_recipe, "models": cmd_models}
 USAGE = """usage: aha COMMAND [CONFIG.yaml] [key=value ...]
 
 commands:
@@ -105,8 +87,9 @@ def main(argv: list[str] | None = None) -> int:
         print(USAGE if not argv or argv[0] in ("-h", "--help") else f"unknown command '{argv[0]}'\n\n{USAGE}")
         return 0 if not argv or argv[0] in ("-h", "--help") else 2
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    from transformers.utils import logging as hf_logging
-    hf_logging.disable_progress_bar()  # per-file load/save bars drown the training progress bar
+    if not {"-h", "--help"} & set(argv):  # help stays fast: no transformers import
+        from transformers.utils import logging as hf_logging
+        hf_logging.disable_progress_bar()  # per-file load/save bars drown the training progress bar
     try:
         result = COMMANDS[argv[0]](argv[1:])
     except (ConfigError, ValueError, FileNotFoundError, RuntimeError) as e:

@@ -8,58 +8,19 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-from .config import save_config
-
-
-@dataclass
-class DemoConfig:
-    output_dir: str = "runs/demo"
-    """Where the models, metrics, plot and summary go."""
-    seed: int = 0
-    """Seed for the data, the model and training."""
-    size: str = "small"
-    """Named model size from aha.tiny."""
-    threads: int = 1
-    """torch CPU threads (1: these tiny models are bound by per-op overhead, and one thread is
-    immune to oversubscription when the machine is shared)."""
-    sft_examples: int = 2000
-    """Worked solutions used for the cold start (a small set keeps the model imperfect)."""
-    sft_steps: int = 200
-    """SFT optimizer steps."""
-    sft_lr: float = 3e-3
-    """SFT learning rate."""
-    sft_batch: int = 32
-    """SFT batch size."""
-    grpo_steps: int = 60
-    """GRPO steps."""
-    grpo_lr: float = 5e-4
-    """GRPO learning rate."""
-    prompts_per_step: int = 32
-    """Prompts per GRPO step (B)."""
-    num_generations: int = 8
-    """Completions per prompt (G)."""
-    eval_problems: int = 200
-    """Held-out problems for the before/after table (never seen in training)."""
-    eval_every: int = 15
-    """Evaluate held-out accuracy every this many GRPO steps (for the plot)."""
-    eval_during: int = 100
-    """Held-out problems used for the in-training curve."""
-    progress_bar: bool = True
-    """Show progress bars."""
+from .config import DemoConfig, GRPOConfig, SFTConfig, save_config
 
 
 def run_demo(cfg: DemoConfig) -> dict:
     import torch
 
-    from .data.tasks import get_task
     from .eval import evaluate, make_eval_fn
     from .metrics import plot_metrics
     from .models import load_model, load_tokenizer
-    from .tiny import make_tiny
-    from .train.config import GRPOConfig, SFTConfig
+    from .models.tiny import make_tiny
+    from .tasks import get_task, task_corpus
     from .train.grpo import GRPOTrainer
     from .train.sft import SFTTrainer
 
@@ -73,8 +34,7 @@ def run_demo(cfg: DemoConfig) -> dict:
     test = task.load("test", cfg.eval_problems, cfg.seed)
 
     # 1. a model built in code, tokenizer trained on the task's own text
-    texts = [r["question"] + " " + r["completion"] for r in train] + [m["content"] for m in train[0]["prompt"]]
-    base = make_tiny(out / "base", texts, size=cfg.size, seed=cfg.seed)
+    base = make_tiny(out / "base", task_corpus(train), size=cfg.size, seed=cfg.seed)
 
     # 2. cold-start SFT on a few worked solutions
     sft_args = SFTConfig(output_dir=str(out / "sft"), model=str(base), learning_rate=cfg.sft_lr,

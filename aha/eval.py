@@ -9,15 +9,14 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
-from typing import Optional
 
 import torch
 
-from .config import checked_keys
-from .data import encode_prompt, is_conversational
-from .data.tasks import Task
+from .config import EvalConfig
+from .data import encode_prompt
+from .tasks import Task
 
 CORRECT_AT = 1.0 - 1e-6
 """A verifier value at or above this counts as right (code rewards may return a pass fraction)."""
@@ -44,61 +43,18 @@ def majority_correct(answers: list[str | None], correct: list[bool]) -> bool:
     return correct[answers.index(top)]
 
 
-@checked_keys
-@dataclass
-class EvalConfig:
-    model: str = ""
-    """Model directory, cached hub id or known short name."""
-    task: str = "arithmetic"
-    """Registered task name (arithmetic, gsm8k, math500, humaneval) or jsonl:PATH."""
-    split: str = "test"
-    """Which split to evaluate."""
-    num_problems: int = 0
-    """Evaluate the first this many problems (0: all)."""
-    k: list[int] = field(default_factory=lambda: [1])
-    """pass@k and maj@k for each k (needs n_samples >= max k)."""
-    n_samples: int = 0
-    """Sampled completions per problem for pass@k/maj@k (0: greedy only)."""
-    temperature: float = 0.7
-    """Sampling temperature for the n_samples."""
-    top_p: float = 1.0
-    """Nucleus mass for the n_samples."""
-    max_new_tokens: Optional[int] = None
-    """Generation budget (default: the task's)."""
-    batch_size: int = 256
-    """Most sequences decoded at once."""
-    output_dir: Optional[str] = None
-    """Write results.json, results.md and per_problem.jsonl here."""
-    dtype: str = "float32"
-    """Weights dtype."""
-    seed: int = 0
-    """Seed for sampling."""
-    progress_bar: bool = True
-    """Show a progress bar."""
-
-    def __post_init__(self):
-        if not self.n_samples and max(self.k) > 1:
-            raise ValueError(f"k={self.k} needs sampled completions: set n_samples >= {max(self.k)} "
-                             "(n_samples=0 evaluates greedy decoding only)")
-        if self.n_samples and max(self.k) > self.n_samples:
-            raise ValueError(f"k={max(self.k)} is larger than n_samples={self.n_samples}: "
-                             "pass@k needs at least k samples per problem")
-
-
 def _score(task: Task, verifier, rows: list[dict], texts: list[str], n: int) -> list[bool]:
     """Is each of the n completions per row right? Rows are repeated n times, prompt-major."""
-    from .rewards import score_completions
-    comps = [[{"role": "assistant", "content": t}] for t in texts] if is_conversational(rows[0]["prompt"]) else texts
-    cols = {k: [r.get(k) for r in rows for _ in range(n)] for k in rows[0] if k != "prompt"}
-    values, _ = score_completions([verifier], [r["prompt"] for r in rows for _ in range(n)], comps, cols)
+    from .rewards import score_groups
+    values, _ = score_groups([verifier], rows, texts, n)                          # [N,1]
     return [bool(v >= CORRECT_AT) for v in values[:, 0].tolist()]  # NaN compares False
 
 
 def _generate(model, tokenizer, rows, n, params, batch_size, seed, desc, progress):
     from tqdm.auto import tqdm
-    from .models import eos_ids
+
     from .rollout import HFEngine
-    engine = HFEngine(model, eos_ids(model, tokenizer), tokenizer.pad_token_id, batch_size)
+    engine = HFEngine.for_model(model, tokenizer, batch_size)
     gen = torch.Generator().manual_seed(seed)
     ids = [encode_prompt(tokenizer, r["prompt"]) for r in rows]
     per = max(1, batch_size // n)
@@ -166,9 +122,11 @@ def to_markdown(summary: dict, title: str) -> str:
 
 def run_eval(cfg: EvalConfig) -> dict:
     """Load, evaluate, and write results.json / results.md / per_problem.jsonl when output_dir is set."""
-    from .data.benchmarks import resolve_task
     from .models import load_model, load_tokenizer
-    task = resolve_task(cfg.task)
+    from .tasks import get_task
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    task = get_task(cfg.task)
     if cfg.split not in task.splits:
         raise ValueError(f"task '{task.name}' has no split '{cfg.split}'; valid: {list(task.splits)}")
     tokenizer = load_tokenizer(cfg.model)

@@ -9,6 +9,7 @@ Every stage is checked (types, keys, references, cycles, literal input paths, ta
 
 from __future__ import annotations
 
+import dataclasses
 import graphlib
 import json
 import time
@@ -17,18 +18,11 @@ from typing import Any
 
 import yaml
 
-from .config import ConfigError, from_dict
+from .config import ConfigError, EvalConfig, from_dict
+from .stages import STAGES, get_stage
 
-STAGE_TYPES = ("tiny", "sft", "grpo", "sample", "eval")
-MAKES_MODEL = ("tiny", "sft", "grpo")
-TINY_KEYS = ("task", "size", "seed")
-
-
-def _config_class(kind: str):
-    from .eval import EvalConfig
-    from .sample import SampleConfig
-    from .train.config import GRPOConfig, SFTConfig
-    return {"sft": SFTConfig, "grpo": GRPOConfig, "sample": SampleConfig, "eval": EvalConfig}.get(kind)
+RECIPE_STAGES = ("tiny", "sft", "grpo", "sample", "eval")
+"""Stage types a recipe may use (entries of aha.stages.STAGES)."""
 
 
 def _refs(stage: dict) -> list[str]:
@@ -45,8 +39,8 @@ def validate(recipe: dict) -> list[dict]:
         raise ConfigError(f"every stage needs a unique `name`; got {names}")
     graph = {}
     for s in stages:
-        if s.get("type") not in STAGE_TYPES:
-            raise ConfigError(f"stage '{s['name']}': unknown type {s.get('type')!r}; valid: {list(STAGE_TYPES)}")
+        if s.get("type") not in RECIPE_STAGES:
+            raise ConfigError(f"stage '{s['name']}': unknown type {s.get('type')!r}; valid: {list(RECIPE_STAGES)}")
         for ref in _refs(s):
             if ref not in names:
                 raise ConfigError(f"stage '{s['name']}' uses @{ref}, which is not a stage of this recipe")
@@ -59,30 +53,29 @@ def validate(recipe: dict) -> list[dict]:
         for ref in _refs(s):
             if names.index(ref) >= i:
                 raise ConfigError(f"stage '{s['name']}' uses @{ref}, which runs after it; reorder the stages")
-        producer = next((p for p in reversed(stages[:i]) if p["type"] in MAKES_MODEL), None)
-        if s["type"] in ("sft", "grpo", "sample", "eval") and "model" not in s:
-            if producer is None and not recipe.get("model"):
-                raise ConfigError(f"stage '{s['name']}' has no model: set `model` or add an earlier model stage")
-        cls = _config_class(s["type"])
-        extra = set(s) - {"name", "type", *TINY_KEYS}
-        if cls is None and extra:
-            raise ConfigError(f"stage '{s['name']}': a tiny stage takes {list(TINY_KEYS)}, not {sorted(extra)}")
-        if cls is not None:  # keys and types checked now; @references stand in as the string "ref"
-            fields = {k: ("ref" if isinstance(v, str) and v.startswith("@") else v)
-                      for k, v in s.items() if k not in ("name", "type")}
-            try:
-                from_dict(cls, {"model": "ref", **fields})
-            except (ConfigError, ValueError, TypeError) as e:
-                raise ConfigError(f"stage '{s['name']}': {e}") from None
+        producer = next((p for p in reversed(stages[:i]) if STAGES[p["type"]].makes_model), None)
+        cls = STAGES[s["type"]].config
+        needs_model = _takes_model(cls)
+        if needs_model and "model" not in s and producer is None and not recipe.get("model"):
+            raise ConfigError(f"stage '{s['name']}' has no model: set `model` or add an earlier model stage")
+        fields = {k: ("ref" if isinstance(v, str) and v.startswith("@") else v)
+                  for k, v in s.items() if k not in ("name", "type")}
+        try:  # keys and types checked now; @references stand in as the string "ref"
+            from_dict(cls, {"model": "ref", **fields} if needs_model else fields)
+        except (ConfigError, ValueError, TypeError) as e:
+            raise ConfigError(f"stage '{s['name']}': {e}") from None
     _check_inputs(recipe, stages)
     return stages
 
 
+def _takes_model(cls) -> bool:
+    return "model" in {f.name for f in dataclasses.fields(cls)}
+
+
 def _check_inputs(recipe: dict, stages: list[dict]) -> None:
     """Literal (non-@) inputs exist: models, dataset files, task names, and the `eval` block's keys."""
-    from .data.benchmarks import resolve_task
-    from .eval import EvalConfig
-    from .zoo import KNOWN_MODELS, resolve_model
+    from .models.zoo import KNOWN_MODELS, resolve_model
+    from .tasks import get_task as resolve_task
     ev = recipe.get("eval") or {}
     try:
         from_dict(EvalConfig, {"model": "ref", **ev})
@@ -111,25 +104,13 @@ def _output(stage_dir: Path, kind: str) -> str:
 
 
 def _run_stage(kind: str, fields: dict[str, Any], stage_dir: Path) -> dict:
-    from .eval import run_eval
-    from .sample import run_sample
-    from .stages import run_grpo, run_sft
-    if kind == "tiny":
-        from .data.benchmarks import resolve_task
-        from .tiny import make_tiny
-        task = resolve_task(fields.get("task", "arithmetic"))
-        rows = task.load("train")
-        texts = [r.get("question", "") + " " + str(r.get("completion", "")) for r in rows]
-        make_tiny(stage_dir, texts, size=fields.get("size", "small"), seed=fields.get("seed", 0))
-        return {"model_dir": str(stage_dir)}
-    cls = _config_class(kind)
-    cfg = from_dict(cls, {**fields, "output_dir": str(stage_dir)})
-    return {"sft": run_sft, "grpo": run_grpo, "sample": run_sample, "eval": run_eval}[kind](cfg)
+    stage = get_stage(kind)
+    return stage.run(from_dict(stage.config, {**fields, "output_dir": str(stage_dir)}))
 
 
 def run_recipe(path: str, overrides: list[str] | None = None) -> dict:
     """Run (or resume) a recipe; returns and writes the per-stage evaluation summary."""
-    from .eval import EvalConfig, run_eval
+    from .eval import run_eval
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"recipe not found: {path}")
@@ -151,7 +132,7 @@ def run_recipe(path: str, overrides: list[str] | None = None) -> dict:
         done = stage_dir / "done.json"
         fields = {k: (outputs[v[1:]] if isinstance(v, str) and v.startswith("@") else v)
                   for k, v in s.items() if k not in ("name", "type")}
-        if kind in ("sft", "grpo", "sample", "eval"):
+        if _takes_model(STAGES[kind].config):
             fields.setdefault("model", model)
         if done.is_file():
             print(f"[recipe] {name}: already complete, skipped")
@@ -162,13 +143,13 @@ def run_recipe(path: str, overrides: list[str] | None = None) -> dict:
             result = _run_stage(kind, fields, stage_dir)
             record = {"stage": name, "type": kind, "seconds": round(time.perf_counter() - t, 1),
                       "result": {k: v for k, v in result.items() if isinstance(v, (int, float, str))}}
-            if kind in MAKES_MODEL and ev:
+            if STAGES[kind].makes_model and ev:
                 summary = run_eval(EvalConfig(model=_output(stage_dir, kind), output_dir=str(stage_dir / "eval"),
                                               progress_bar=False, **ev))
                 record["eval"] = {k: summary[k] for k in ("accuracy", "format_frac", "len_mean") if k in summary}
             done.write_text(json.dumps(record, indent=2))
         outputs[name] = _output(stage_dir, kind)
-        if kind in MAKES_MODEL:
+        if STAGES[kind].makes_model:
             model = outputs[name]
         table.append(record)
     summary = {"output_dir": str(root), "seconds": round(time.perf_counter() - t0, 1), "stages": table}

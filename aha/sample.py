@@ -8,64 +8,14 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Optional
 
 import torch
 
-from .config import checked_keys
-from .data import encode_prompt, is_conversational, load_rows, write_jsonl
+from .config import SampleConfig
+from .data import encode_prompt, load_rows, write_jsonl
 
 KEEP = ("best", "all_correct", "shortest_correct")
-
-
-@checked_keys
-@dataclass
-class SampleConfig:
-    model: str = ""
-    """Model that generates the candidates."""
-    task: str = "arithmetic"
-    """Task whose prompts and verifiers are used (or jsonl:PATH)."""
-    split: str = "train"
-    """Split to draw prompts from."""
-    num_prompts: int = 0
-    """Prompts to sample (0: the whole split)."""
-    prompts_offset: int = 0
-    """Skip this many prompts first (e.g. the ones already used for SFT)."""
-    n: int = 8
-    """Completions generated per prompt."""
-    temperature: float = 1.0
-    """Sampling temperature."""
-    top_p: float = 1.0
-    """Nucleus mass."""
-    max_new_tokens: Optional[int] = None
-    """Generation budget (default: the task's)."""
-    keep: Literal["best", "all_correct", "shortest_correct"] = "best"
-    """best: the highest-reward verified completion; all_correct: every distinct verified one;
-    shortest_correct: the shortest verified one."""
-    mix_dataset: Optional[str] = None
-    """A JSONL of prompt/completion rows to mix into the output."""
-    mix_ratio: float = 0.0
-    """Fraction of the output rows taken from mix_dataset."""
-    output_dir: str = "runs/sample"
-    """data.jsonl, stats.json and per_prompt.jsonl go here."""
-    batch_size: int = 256
-    """Most sequences decoded at once."""
-    seed: int = 0
-    """Seed for sampling and mixing."""
-    dtype: str = "float32"
-    """Weights dtype."""
-    progress_bar: bool = True
-    """Show a progress bar."""
-
-    def __post_init__(self):
-        if self.n < 1:
-            raise ValueError("n must be >= 1")
-        if not 0.0 <= self.mix_ratio < 1.0:
-            raise ValueError(f"mix_ratio must be in [0, 1), got {self.mix_ratio}")
-        if self.mix_ratio > 0 and not self.mix_dataset:
-            raise ValueError("mix_ratio > 0 needs mix_dataset")
 
 
 def select(texts: list[str], lengths: list[int], correct: list[bool], scores: list[float], keep: str) -> list[int]:
@@ -90,20 +40,22 @@ def select(texts: list[str], lengths: list[int], correct: list[bool], scores: li
 def run_sample(cfg: SampleConfig) -> dict:
     from tqdm.auto import tqdm
 
-    from .data.benchmarks import resolve_task
     from .eval import CORRECT_AT
-    from .models import eos_ids, load_model, load_tokenizer
-    from .rewards import score_completions
+    from .models import load_model, load_tokenizer
+    from .rewards import score_groups
     from .rollout import HFEngine, SamplingParams
+    from .tasks import get_task
 
-    task = resolve_task(cfg.task)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    task = get_task(cfg.task)
     mix = load_rows(cfg.mix_dataset, prompt_column=None) if cfg.mix_dataset else []
     rows = task.load(cfg.split)[cfg.prompts_offset:]
     rows = rows[:cfg.num_prompts] if cfg.num_prompts else rows
     if not rows:
         raise ValueError(f"no prompts left in {task.name}/{cfg.split} after offset {cfg.prompts_offset}")
     tok, model = load_tokenizer(cfg.model), load_model(cfg.model, cfg.dtype)
-    engine = HFEngine(model, eos_ids(model, tok), tok.pad_token_id, cfg.batch_size)
+    engine = HFEngine.for_model(model, tok, cfg.batch_size)
     params = SamplingParams(cfg.temperature, cfg.top_p, 0, cfg.max_new_tokens or task.max_completion_length)
     gen = torch.Generator().manual_seed(cfg.seed)
     verifier, rewards = task.correct(), task.rewards()
@@ -114,11 +66,8 @@ def run_sample(cfg: SampleConfig) -> dict:
         part = rows[s:s + per]
         out = engine.generate([encode_prompt(tok, r["prompt"]) for r in part], cfg.n, params, gen)
         texts = tok.batch_decode(out.completion_ids, skip_special_tokens=True)
-        prompts = [r["prompt"] for r in part for _ in range(cfg.n)]
-        comps = [[{"role": "assistant", "content": t}] for t in texts] if is_conversational(part[0]["prompt"]) else texts
-        cols = {k: [r.get(k) for r in part for _ in range(cfg.n)] for k in part[0] if k != "prompt"}
-        right, _ = score_completions([verifier], prompts, comps, cols)
-        values, _ = score_completions(rewards, prompts, comps, cols)
+        right, _ = score_groups([verifier], part, texts, cfg.n)                  # [n*len(part),1]
+        values, _ = score_groups(rewards, part, texts, cfg.n)                    # [n*len(part),F]
         score = torch.nan_to_num(values, nan=0.0) @ weights                        # [n*len(part)]
         for j, row in enumerate(part):
             sl = slice(j * cfg.n, (j + 1) * cfg.n)

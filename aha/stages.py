@@ -1,27 +1,30 @@
-"""Each stage as one function of its config: what `aha <stage>` and the recipe call."""
+"""Each stage as one function of its config, and the one table of stages that `aha <stage>` and the recipe use."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
+from typing import Callable, NamedTuple
 
-from .data import load_rows
+from . import config
 
 
 def _task(name):
-    from .data.benchmarks import resolve_task
-    return resolve_task(name) if name else None
+    from .tasks import get_task
+    return get_task(name) if name else None
 
 
 def _eval_hook(task, cfg):
-    if not (task and getattr(cfg, "eval_samples", 0) and "test" in task.splits):
+    if not (task and cfg.eval_samples and "test" in task.splits):
         return None
     from .eval import make_eval_fn
     return make_eval_fn(task, task.load("test")[:cfg.eval_samples], getattr(cfg, "max_completion_length", None))
 
 
-def run_grpo(cfg) -> dict:
+def run_grpo(cfg: config.GRPOConfig) -> dict:
     """GRPO from a GRPOConfig: data and rewards from `task` unless `dataset`/`reward_funcs` say otherwise."""
+    from .data import load_rows
     from .train.grpo import GRPOTrainer
     task = _task(cfg.task)
     if cfg.dataset:
@@ -34,8 +37,8 @@ def run_grpo(cfg) -> dict:
         rewards = cfg.reward_funcs
     elif task:
         rewards = task.rewards()
-        if cfg.reward_weights is None and task.reward_weights:
-            cfg.reward_weights = list(task.reward_weights)
+        if cfg.reward_weights is None and task.reward_weights:  # the task's weights are part of the effective config
+            cfg = dataclasses.replace(cfg, reward_weights=list(task.reward_weights))
     else:
         raise ValueError("GRPO needs reward functions: set `reward_funcs` or `task`")
     eval_fn = _eval_hook(task, cfg) if cfg.eval_steps else None
@@ -45,8 +48,9 @@ def run_grpo(cfg) -> dict:
     return metrics
 
 
-def run_sft(cfg) -> dict:
+def run_sft(cfg: config.SFTConfig) -> dict:
     """SFT from an SFTConfig: worked solutions of `task` (its `completion` column) or a JSONL."""
+    from .data import load_rows
     from .train.sft import SFTTrainer
     task = _task(cfg.task)
     if cfg.dataset:
@@ -55,11 +59,63 @@ def run_sft(cfg) -> dict:
         data = task.load("train")
     else:
         raise ValueError("SFT needs training data: set `task` or `dataset`")
-    trainer = SFTTrainer(model=cfg.model, args=cfg, train_dataset=data)
+    hook = _eval_hook(task, cfg)
+    trainer = SFTTrainer(model=cfg.model, args=cfg, train_dataset=data, eval_fn=hook if cfg.eval_steps else None)
     metrics = trainer.train()
     path = trainer.save_model()
-    hook = _eval_hook(task, cfg)
     if hook:
         metrics.update({f"eval/{k}": v for k, v in hook(trainer.model, trainer.tokenizer).items()})
         (Path(cfg.output_dir) / "eval.json").write_text(json.dumps(metrics, indent=2))
     return {**metrics, "model_dir": str(path)}
+
+
+def run_tiny(cfg: config.TinyConfig) -> dict:
+    """A tiny model built in code, its tokenizer fitted on the task's training text."""
+    from .models.tiny import make_tiny
+    from .tasks import get_task, task_corpus
+    path = make_tiny(cfg.output_dir, task_corpus(get_task(cfg.task).load("train")), size=cfg.size, seed=cfg.seed)
+    return {"model_dir": str(path)}
+
+
+def run_eval(cfg: config.EvalConfig) -> dict:
+    from .eval import run_eval as run
+    return run(cfg)
+
+
+def run_sample(cfg: config.SampleConfig) -> dict:
+    from .sample import run_sample as run
+    return run(cfg)
+
+
+def run_demo(cfg: config.DemoConfig) -> dict:
+    from .demo import run_demo as run
+    return run(cfg)
+
+
+class Stage(NamedTuple):
+    config: type
+    run: Callable[..., dict]
+    summary: str
+    """One line for `aha --help`."""
+    makes_model: bool = False
+    """Its output is a model directory (the recipe evaluates it and hands it to the next stage)."""
+    positional: str | None = None
+    """A config key that a bare command-line word fills (`aha eval MODEL`)."""
+
+
+STAGES: dict[str, Stage] = {
+    "demo": Stage(config.DemoConfig, run_demo, "the embedded default: tiny model, cold-start SFT, GRPO, before/after"),
+    "train": Stage(config.GRPOConfig, run_grpo, "GRPO training", makes_model=True),
+    "grpo": Stage(config.GRPOConfig, run_grpo, "GRPO training (the name recipes use)", makes_model=True),
+    "sft": Stage(config.SFTConfig, run_sft, "supervised fine-tuning", makes_model=True),
+    "eval": Stage(config.EvalConfig, run_eval, "accuracy, pass@k, maj@k", positional="model"),
+    "sample": Stage(config.SampleConfig, run_sample, "rejection sampling to JSONL"),
+    "tiny": Stage(config.TinyConfig, run_tiny, "a tiny model built in code", makes_model=True),
+}
+"""Stage name -> its config class and runner: the command line and the recipe dispatch through this table."""
+
+
+def get_stage(name: str) -> Stage:
+    if name not in STAGES:
+        raise ValueError(f"unknown stage '{name}'; valid: {sorted(STAGES)}")
+    return STAGES[name]

@@ -61,7 +61,7 @@ def main() -> None:
     torch.set_num_threads(a.threads)
     from vs_trl import build_model, prompts as make_prompts
     from aha.train.grpo import GRPOTrainer
-    from aha.train.config import GRPOConfig
+    from aha.config import GRPOConfig
 
     tmp = tempfile.mkdtemp(prefix="aha_ablations_")
     info = build_model(a.size, Path(tmp) / "model")

@@ -31,7 +31,7 @@ def main():
     torch.set_num_threads(a.threads)
     from aha.models import eos_ids
     from aha.rollout import HFEngine, SamplingParams
-    from aha.tiny import make_tiny
+    from aha.models.tiny import make_tiny
     from transformers import AutoModelForCausalLM, AutoTokenizer
     texts = [f"{i} plus {i * 7} is {i * 8}" for i in range(500)]
     d = make_tiny(tempfile.mkdtemp() + "/m", texts, size=a.size)

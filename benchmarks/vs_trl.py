@@ -113,7 +113,7 @@ def vowel_frac(prompts=None, completions=None, **kwargs) -> list[float]:
 
 def build_model(size: str, directory: Path) -> dict:
     """The tiny model of `size` written to `directory` (same seed, same weights every time)."""
-    from aha.tiny import make_tiny, num_params
+    from aha.models.tiny import make_tiny, num_params
     from transformers import AutoConfig
     path = make_tiny(directory, corpus(), size=size, arch="llama", seed=MODEL_SEED)
     config = AutoConfig.from_pretrained(path)
@@ -148,7 +148,7 @@ def save_params(model, path: str) -> None:
 
 # ------------------------------------------------------------------ workers (one framework per process)
 def aha_config(out_dir: str, steps: int, lr: float, seed: int, threads: int):
-    from aha.train.config import GRPOConfig
+    from aha.config import GRPOConfig
     return GRPOConfig(
         output_dir=out_dir, per_device_train_batch_size=COMPLETIONS_PER_STEP, gradient_accumulation_steps=1,
         num_generations=NUM_GENERATIONS, max_completion_length=MAX_COMPLETION_LENGTH, beta=BETA,

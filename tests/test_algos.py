@@ -12,6 +12,11 @@ ATOL = 1e-6
 nan = float("nan")
 
 
+def adv(name, rewards, G):
+    """Advantages [N] through the one public entry point."""
+    return algos.compute_advantages(name, rewards, G)[0]
+
+
 def close(a, b, atol=ATOL):
     torch.testing.assert_close(torch.as_tensor(a, dtype=torch.float32), torch.as_tensor(b, dtype=torch.float32),
                                atol=atol, rtol=0)
@@ -21,36 +26,36 @@ def close(a, b, atol=ATOL):
 def test_grpo_advantages_by_hand():
     # group 1: [1,0,0,1], mean 0.5, unbiased std sqrt(4*0.25/3) = 0.577350 -> +-0.5/(0.577350+1e-4)
     # group 2: [2,2,2,2], std 0 -> all zero (no signal)
-    adv = algos.grpo_advantages(torch.tensor([1.0, 0, 0, 1, 2, 2, 2, 2]), 4)
+    a_ = adv("grpo", torch.tensor([1.0, 0, 0, 1, 2, 2, 2, 2]), 4)
     a = 0.5 / (math.sqrt(1 / 3) + 1e-4)  # 0.865876
-    close(adv, [a, -a, -a, a, 0, 0, 0, 0])
+    close(a_, [a, -a, -a, a, 0, 0, 0, 0])
 
 
 def test_dr_grpo_advantages_by_hand():
     # no std division: r - mean = [0.5, -0.5, -0.5, 0.5]
-    close(algos.dr_grpo_advantages(torch.tensor([1.0, 0, 0, 1]), 4), [0.5, -0.5, -0.5, 0.5])
+    close(adv("dr_grpo", torch.tensor([1.0, 0, 0, 1]), 4), [0.5, -0.5, -0.5, 0.5])
 
 
 def test_rloo_advantages_by_hand():
     # r_i - mean(others): 1 - (0+0+1)/3 = 2/3 ; 0 - (1+0+1)/3 = -2/3
-    close(algos.rloo_advantages(torch.tensor([1.0, 0, 0, 1]), 4), [2 / 3, -2 / 3, -2 / 3, 2 / 3])
+    close(adv("rloo", torch.tensor([1.0, 0, 0, 1]), 4), [2 / 3, -2 / 3, -2 / 3, 2 / 3])
 
 
 def test_batch_advantages_by_hand():
     # groups [1,0] and [3,3]: centred [0.5,-0.5,0,0]; batch std (n-1) = sqrt(0.5/3) = 0.408248
-    adv = algos.batch_advantages(torch.tensor([1.0, 0, 3, 3]), 2)
+    a_ = adv("batch", torch.tensor([1.0, 0, 3, 3]), 2)
     a = 0.5 / (math.sqrt(0.5 / 3) + 1e-4)  # 1.224445
-    close(adv, [a, -a, 0, 0])
+    close(a_, [a, -a, 0, 0])
 
 
 def test_excluded_rewards_leave_group_statistics():
     # [1, NaN, 0, 1]: valid 3, mean 2/3, deviations 1/3,-2/3,1/3 -> var (6/9)/2 = 1/3, std 0.577350
-    adv = algos.grpo_advantages(torch.tensor([1.0, nan, 0, 1]), 4)
+    a_ = adv("grpo", torch.tensor([1.0, nan, 0, 1]), 4)
     s = math.sqrt(1 / 3) + 1e-4
-    close(adv, [(1 / 3) / s, 0.0, (-2 / 3) / s, (1 / 3) / s])
+    close(a_, [(1 / 3) / s, 0.0, (-2 / 3) / s, (1 / 3) / s])
     # a group with a single valid reward has no baseline: all zero, and no NaN leaks out
     for name in algos.ADVANTAGES:
-        out = algos.get_advantage(name)(torch.tensor([nan, nan, 1.0, nan]), 4)
+        out = adv(name, torch.tensor([nan, nan, 1.0, nan]), 4)
         close(out, [0, 0, 0, 0])
 
 
@@ -64,8 +69,8 @@ def test_advantages_match_a_python_loop():
         mu, sd = statistics.mean(grp), statistics.stdev(grp)
         expect_grpo += [(x - mu) / (sd + algos.ADV_EPS) if len(set(grp)) > 1 else 0.0 for x in grp]
         expect_rloo += [x - (sum(grp) - x) / (G - 1) for x in grp]
-    close(algos.grpo_advantages(r, G), expect_grpo, atol=1e-5)
-    close(algos.rloo_advantages(r, G), expect_rloo, atol=1e-5)
+    close(adv("grpo", r, G), expect_grpo, atol=1e-5)
+    close(adv("rloo", r, G), expect_rloo, atol=1e-5)
 
 
 def test_compute_advantages_metrics():
@@ -87,7 +92,7 @@ def test_unknown_names_list_the_valid_ones():
 
 def test_shape_asserts():
     with pytest.raises(AssertionError):
-        algos.grpo_advantages(torch.zeros(5), 2)  # 5 rewards cannot form groups of 2
+        adv("grpo", torch.zeros(5), 2)  # 5 rewards cannot form groups of 2
 
 
 # ------------------------------------------------------------------ policy loss

@@ -7,7 +7,7 @@ import yaml
 
 from aha.cli import main
 from aha.config import ConfigError, field_docs, help_text, parse_args
-from aha.train.config import GRPOConfig, SFTConfig
+from aha.config import GRPOConfig, SFTConfig
 from aha.train.grpo import GRPOTrainer
 
 PROMPTS = [{"prompt": f"{a}+{a}=", "answer": str(2 * a)} for a in range(8)]

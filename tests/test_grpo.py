@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from aha.train.config import GRPOConfig
+from aha.config import GRPOConfig
 from aha.train.grpo import GRPOTrainer
 
 PROMPTS = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a in range(10) for b in range(3)]
@@ -85,7 +85,7 @@ def test_trl_style_rewards_columns_async_none_and_chat(tiny_dir, tmp_path):
     assert isinstance(got["completion"], list) and got["completion"][0]["role"] == "assistant"
     assert got["answer"] in {r["answer"] for r in PROMPTS} and "completion_ids" in got["kwargs"]
     assert got["step"] == (0, 1)  # TRL's trainer_state: optimizer steps completed, and the total
-    assert m["reward/none_frac/sometimes_none"] == 0.5
+    assert m["reward/sometimes_none/none_frac"] == 0.5
     assert m["reward/sometimes_none/mean"] == 0.5  # the None values are left out, not counted as 0
 
 
@@ -104,7 +104,7 @@ def test_a_raising_reward_does_not_kill_the_run(tiny_dir, tmp_path):
     m2 = t.step()
     assert m1["reward/errors"] == 0 and m2["reward/errors"] == 1
     assert m1["reward/nan"] == 1 and m2["reward/nan"] == 0  # the NaN is counted (step 2's call raised)
-    assert m1["reward/none_frac/flaky"] == pytest.approx(1 / 8)  # the NaN is excluded, not a 0
+    assert m1["reward/flaky/none_frac"] == pytest.approx(1 / 8)  # the NaN is excluded, not a 0
     assert math.isfinite(m2["reward/mean"])
 
 

@@ -59,8 +59,8 @@ def test_score_completions_matrix_and_metrics():
     assert torch.allclose(rewards.nan_to_num(-9), expected.nan_to_num(-9))
     assert metrics["reward/errors"] == 1
     assert metrics["reward/nan"] == 1  # slow_async's inf; the None values are "not applicable", not counted
-    assert metrics["reward/none_frac/math"] == 0.5 and metrics["reward/none_frac/broken"] == 1.0
-    assert metrics["reward/none_frac/slow_async"] == 0.5 and metrics["reward/none_frac/format"] == 0.0
+    assert metrics["reward/math/none_frac"] == 0.5 and metrics["reward/broken/none_frac"] == 1.0
+    assert metrics["reward/slow_async/none_frac"] == 0.5 and metrics["reward/format/none_frac"] == 0.0
     assert metrics["reward/data_errors"] == 1
 
 

@@ -5,7 +5,7 @@ import torch
 
 from aha.rollout import HFEngine, SamplingParams
 from aha.rollout import hf as engine_module
-from aha.tiny import build_model, train_tokenizer
+from aha.models.tiny import build_model, train_tokenizer
 
 PROMPTS = [[5, 9, 14, 3], [7], [21, 8, 8, 30, 2, 11, 4]]  # unequal lengths: left padding in the batch
 T = 12

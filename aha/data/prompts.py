@@ -92,11 +92,6 @@ TEMPLATES.update({f"{name}_base": replace(t, chat=False) for name, t in list(TEM
 """`*_base`: the same prompts as one plain string, for base models with no chat template (R1-Zero)."""
 
 
-def register_template(name: str, template: PromptTemplate) -> PromptTemplate:
-    TEMPLATES[name] = template
-    return template
-
-
 def get_template(template: str | PromptTemplate = "r1", **overrides) -> PromptTemplate:
     """A registered template by name (or a template as is), with fields replaced, e.g. chat=False, shots=[...]."""
     if isinstance(template, PromptTemplate):

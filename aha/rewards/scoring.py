@@ -76,7 +76,7 @@ def score_completions(reward_funcs: list[Callable], prompts: list, completions: 
                       completion_ids: list | None = None, trainer_state: Any = None) -> tuple[Any, dict[str, float]]:
     """Rewards [N, F] (float32, NaN where a value is None, non-finite, or its function raised) and metrics:
     `reward/errors` (raised calls), `reward/nan` (returned values that are NaN, inf or not numbers; None is
-    "not applicable" and not counted), `reward/none_frac/<name>` (share of NaN in the column), and each function's
+    "not applicable" and not counted), `reward/<name>/none_frac` (share of NaN in the column), and each function's
     `pop_metrics()` as `reward/<key>`, summed over functions.
 
     Async functions are awaited together (asyncio.gather) on a helper thread while the sync ones run one after
@@ -133,9 +133,30 @@ def score_completions(reward_funcs: list[Callable], prompts: list, completions: 
             if bad and _first_time(name + "/nan"):
                 logger.error("reward function %s returned %d non-finite or non-numeric value(s) (first: %r); "
                              "they are excluded like None", name, len(bad), bad[0])
-        metrics[f"reward/none_frac/{name}"] = rewards[:, j].isnan().float().mean().item() if n else 0.0
+        metrics[f"reward/{name}/none_frac"] = rewards[:, j].isnan().float().mean().item() if n else 0.0
         pop = getattr(fn, "pop_metrics", None)
         if callable(pop):
             for key, value in pop().items():
                 metrics[f"reward/{key}"] = metrics.get(f"reward/{key}", 0.0) + float(value)
+    return rewards, metrics
+
+
+def score_groups(reward_funcs: list[Callable], rows: list[dict], texts: list[str], n: int,
+                 completion_ids: list | None = None, trainer_state: Any = None) -> tuple[Any, dict[str, float]]:
+    """Score n completions of each row, prompt-major (texts i*n .. i*n+n-1 answer rows[i]): the one entry point
+    that training, evaluation and rejection sampling share. Each row's prompt and columns are repeated n times and
+    completions of chat prompts are wrapped as assistant messages, as TRL passes them. Returns rewards [N, F] and
+    the metrics of `score_completions` plus `reward/<name>/mean` and `reward/<name>/std` over the values given."""
+    from ..data import is_conversational
+    prompts = [r["prompt"] for r in rows for _ in range(n)]
+    completions = [[{"role": "assistant", "content": t}] for t in texts] if is_conversational(rows[0]["prompt"]) \
+        else list(texts)
+    columns = {k: [r.get(k) for r in rows for _ in range(n)] for k in rows[0] if k != "prompt"}
+    rewards, metrics = score_completions(reward_funcs, prompts, completions, columns,
+                                         completion_ids=completion_ids, trainer_state=trainer_state)  # [N, F]
+    for j, fn in enumerate(reward_funcs):
+        col = rewards[:, j]
+        ok = col[col.isfinite()]
+        metrics[f"reward/{reward_name(fn)}/mean"] = ok.mean().item() if len(ok) else math.nan
+        metrics[f"reward/{reward_name(fn)}/std"] = ok.std().item() if len(ok) > 1 else math.nan
     return rewards, metrics

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from . import Rollout, SamplingParams
+from .base import Rollout, SamplingParams
 
 COMPACT_FRACTION = 0.125
 """Drop finished rows from the batch once they are this fraction of it (each drop copies the cache)."""
@@ -135,11 +135,12 @@ class LayerCache:
 
 
 class HFEngine:
-    """Generates with the policy module itself, so weight updates need no copy."""
+    """Generates with the policy module itself, so weight updates need no copy (an Engine)."""
 
     def __init__(self, model, eos_token_ids: list[int], pad_token_id: int, max_batch: int = 512,
                  layer_cache: bool = True):
         self.model = model
+        self.version = 0
         self.layer_cache = layer_cache
         """False forces `HFCache` even where `LayerCache` would serve (for comparisons)."""
         self.eos = torch.tensor(sorted(set(eos_token_ids)), dtype=torch.long)
@@ -147,9 +148,16 @@ class HFEngine:
         self.max_batch = max_batch
         """Most sequences decoded at once; prompts are chunked to stay under it."""
 
-    def update_weights(self, model) -> None:
-        """The engine shares the policy's parameters; only a new module object needs rebinding."""
-        self.model = model
+    @classmethod
+    def for_model(cls, model, tokenizer, max_batch: int = 512) -> "HFEngine":
+        """An engine that stops on every EOS the tokenizer and the generation config name."""
+        from ..models import eos_ids
+        return cls(model, eos_ids(model, tokenizer), tokenizer.pad_token_id, max_batch)
+
+    def update_weights(self, model, version: int) -> None:
+        """The engine shares the policy's parameters: nothing is copied; the module is rebound (it may be
+        a new object) and the version recorded, so each Rollout says which weights sampled it."""
+        self.model, self.version = model, version
 
     @torch.no_grad()
     def generate(self, prompt_ids: list[list[int]], n: int, params: SamplingParams,
@@ -166,8 +174,7 @@ class HFEngine:
         finally:
             self.model.train(was_training)
         return Rollout(completion_ids=[c for p in parts for c in p.completion_ids],
-                       truncated=[t for p in parts for t in p.truncated],
-                       decode_steps=sum(p.decode_steps for p in parts))
+                       truncated=[t for p in parts for t in p.truncated], version=self.version)
 
     def _chunk(self, prompts: list[list[int]], n: int, params: SamplingParams,
                generator: torch.Generator | None) -> Rollout:
@@ -192,7 +199,6 @@ class HFEngine:
         length = torch.zeros(M, dtype=torch.long, device=device)                # [M]
         done = torch.zeros(M, dtype=torch.bool, device=device)                  # [M]
         rows = torch.arange(M, device=device)    # output row of each batch row   [m]
-        steps = 0
         for t in range(T):
             tok = sample_tokens(logits, params, generator)                      # [m]
             live = ~done[rows]                                                   # [m]
@@ -208,7 +214,6 @@ class HFEngine:
                 rows, tok, next_pos = rows[keep], tok[keep], next_pos[keep]
             logits = cache.forward(tok[:, None], next_pos[:, None])
             next_pos = next_pos + 1
-            steps += 1
         out, length, done = out.cpu(), length.cpu(), done.cpu()
         return Rollout(completion_ids=[out[i, :length[i]].tolist() for i in range(M)],
-                       truncated=(~done).tolist(), decode_steps=steps + 1)
+                       truncated=(~done).tolist())

@@ -1,28 +1,40 @@
 """The GRPO loop: generate a group per prompt, score, group-relative advantages, clipped update.
 
 `GRPOTrainer.step` is the whole algorithm and reads top to bottom; everything it calls is a box of
-its own (rollout engine, reward scoring, algos, log-probabilities, checkpoints).
+its own (rollout engine, reward scoring, algos, log-probabilities, checkpoints). What flows through
+one step is a `GRPOBatch`; what the update adds up is `LossSums`.
+
+Where this departs from the DeepSeekMath paper, by default (each a config switch):
+- loss aggregation is DAPO's token mean over the batch (`loss_type="dapo"`), not the per-sequence mean;
+- beta = 0: no KL term and no reference model (`beta > 0` restores both);
+- a single pass over each batch (`num_iterations=1`), so the ratio is 1 and no old-policy forward runs.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import time
 from contextlib import nullcontext
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Callable
 
 import torch
+from torch import Tensor
 
 from .. import algos
-from ..data import encode_prompt, is_conversational, load_rows
-from ..models import context_length, eos_ids
-from ..rewards import check_columns, get_reward, reward_name, score_completions
+from ..config import GRPOConfig
+from ..data import encode_prompt, load_rows
+from ..models import context_length, setup_model
+from ..rewards import check_columns, get_reward, reward_name, score_groups
 from ..rollout import HFEngine, SamplingParams
-from .common import build_optimizer, completion_logprobs, optimizer_step, seed_everything, setup_model
-from .config import GRPOConfig
-from .loop import PromptSampler, Trainer
+from .logprobs import completion_logprobs
+from .loop import PromptSampler, Trainer, build_optimizer, optimizer_step, seed_everything
+
+TIME_FLOOR_S = 1e-9
+"""Lower bound on a measured duration before dividing by it (a phase that did no work)."""
 
 
 def resolve_reward_funcs(specs: list, kwargs: dict | None = None) -> list[Callable]:
@@ -40,6 +52,43 @@ def resolve_reward_funcs(specs: list, kwargs: dict | None = None) -> list[Callab
         else:
             raise TypeError(f"reward function {spec!r} is neither a callable nor a name")
     return out
+
+
+@dataclass
+class GRPOBatch:
+    """One step's rollouts, prompt-major: sequences i*G .. i*G+G-1 answer prompt i. N = B*G."""
+
+    rows: list[dict]                   # B dataset rows
+    prompt_ids: list[list[int]]        # N prompt token ids (row i's repeated G times)
+    completion_ids: list[list[int]]    # N generated token ids
+    texts: list[str]                   # N decoded completions
+    truncated: Tensor                  # [N] bool: hit max_completion_length without EOS
+    rewards_per_func: Tensor           # [N,F] NaN = excluded
+    rewards: Tensor                    # [N] weighted sum; NaN when no function gave a value
+    advantages: Tensor                 # [N]
+    version: int                       # weight version that sampled it
+
+    @property
+    def prompts(self) -> list:
+        """N prompts as the dataset gave them (text or chat messages)."""
+        G = len(self.completion_ids) // len(self.rows)
+        return [r["prompt"] for r in self.rows for _ in range(G)]
+
+
+@dataclass
+class LossSums:
+    """What the micro-steps of one update add up; token sums are over completion tokens in the loss."""
+
+    loss: float = 0.0          # sum of the aggregated micro-batch losses
+    tokens: float = 0.0        # completion tokens in the loss
+    kl: float = 0.0            # token sum of the KL estimate
+    entropy: float = 0.0       # token sum of the policy entropy
+    clip_low: float = 0.0      # tokens clipped at 1 - epsilon (A < 0)
+    clip_high: float = 0.0     # tokens clipped at 1 + epsilon_high (A > 0)
+    processed: int = 0         # prompt + completion tokens through forward and backward
+
+    def __add__(self, other: "LossSums") -> "LossSums":
+        return LossSums(*(getattr(self, f.name) + getattr(other, f.name) for f in dataclasses.fields(self)))
 
 
 class GRPOTrainer(Trainer):
@@ -61,7 +110,7 @@ class GRPOTrainer(Trainer):
         w = args.reward_weights or [1.0] * len(self.reward_funcs)
         if len(w) != len(self.reward_funcs):
             raise ValueError(f"{len(w)} reward_weights for {len(self.reward_funcs)} reward functions")
-        self.reward_weights = torch.tensor(w, dtype=torch.float32)
+        self.reward_weights = torch.tensor(w, dtype=torch.float32)                  # [F]
         self.rows = load_rows(train_dataset, args.prompt_column)
         check_columns(self.reward_funcs, {k: None for k in self.rows[0]})
 
@@ -71,190 +120,170 @@ class GRPOTrainer(Trainer):
         if args.beta > 0 and not self.is_peft:
             self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
         self.prompt_ids = self._encode_all()
-
-        self.total_optimizer_steps = args.max_steps * args.num_iterations * (
-            args.generation_batch_size // (args.per_device_train_batch_size * args.gradient_accumulation_steps))
-        self.optimizer, self.scheduler = build_optimizer(args, self.model, self.total_optimizer_steps)
-        self.engine = HFEngine(self.model, eos_ids(self.model, self.tokenizer),
-                               self.tokenizer.pad_token_id, args.generation_max_batch)
+        self.optimizer, self.scheduler = build_optimizer(args, self.model, args.optimizer_steps)
+        self.engine = HFEngine.for_model(self.model, self.tokenizer, args.generation_max_batch)
         self.sampling = SamplingParams(args.temperature, args.top_p, args.top_k, args.max_completion_length)
         self.sampler = PromptSampler(len(self.rows), args.seed)
+        self.last_batch: GRPOBatch | None = None
+        """The latest step's rollouts, for logging completions."""
 
-    # ------------------------------------------------------------------ set-up helpers
     def _encode_all(self) -> list[list[int]]:
         ids = [encode_prompt(self.tokenizer, r["prompt"]) for r in self.rows]
         ctx = context_length(self.model)
-        if ctx:
-            for i, p in enumerate(ids):
-                if len(p) + self.args.max_completion_length > ctx:
-                    raise ValueError(
-                        f"prompt {i} has {len(p)} tokens; with max_completion_length "
-                        f"{self.args.max_completion_length} it exceeds the model's context of {ctx}")
-        if any(len(p) == 0 for p in ids):
-            raise ValueError("the dataset has an empty prompt")
+        for i, p in enumerate(ids):
+            if len(p) == 0:
+                raise ValueError(f"dataset row {i}: the prompt is empty")
+            if ctx and len(p) + self.args.max_completion_length > ctx:
+                raise ValueError(
+                    f"prompt {i} has {len(p)} tokens; with max_completion_length "
+                    f"{self.args.max_completion_length} it exceeds the model's context of {ctx}")
         return ids
 
     # ------------------------------------------------------------------ the step
     def step(self) -> dict[str, float]:
-        """One GRPO step: B prompts -> B*G completions -> rewards -> advantages -> update."""
-        a, G = self.args, self.args.num_generations
+        """One GRPO step: B prompts -> B*G completions -> rewards -> advantages -> update -> new weights."""
         t0 = time.perf_counter()
-        idx = self.sampler.take(a.prompts_per_step)                                  # B prompts
-        rows = [self.rows[i] for i in idx]
-        prompt_ids = [self.prompt_ids[i] for i in idx for _ in range(G)]             # N
-        rollout = self.engine.generate([self.prompt_ids[i] for i in idx], G, self.sampling, self.generator)
-        comp_ids = rollout.completion_ids                                            # N
-        t_gen = time.perf_counter() - t0
-
-        rewards_per_func, metrics = self._score(rows, comp_ids)                     # [N,F]
-        rewards = self._combine(rewards_per_func)                                    # [N]
-        ok = rewards[torch.isfinite(rewards)]
-        metrics.update({"reward/mean": ok.mean().item() if len(ok) else float("nan"),
-                        "reward/std": ok.std().item() if len(ok) > 1 else float("nan"),
-                        "reward/excluded_frac": 1 - len(ok) / len(rewards)})
-        advantages, adv_metrics = algos.compute_advantages(a.advantage_estimator, rewards, G)  # [N]
-        metrics.update(adv_metrics)
-        keep = torch.ones(len(comp_ids), dtype=torch.bool)                           # [N]
-        if a.mask_truncated_completions:
-            keep &= ~torch.tensor(rollout.truncated)
+        batch, metrics = self.rollout(self.sampler.take(self.args.prompts_per_step))
         t1 = time.perf_counter()
-        metrics.update(self._update(prompt_ids, comp_ids, advantages, keep))
-        t_train = time.perf_counter() - t1
+        sums, update_metrics = self.update(batch)
+        self.engine.update_weights(self.model, self.step_count + 1)
+        t2 = time.perf_counter()
 
-        lengths = torch.tensor([len(c) for c in comp_ids], dtype=torch.float32)
-        gen_tokens = float(lengths.sum())
+        lengths = torch.tensor([len(c) for c in batch.completion_ids], dtype=torch.float32)  # [N]
+        t_gen = metrics.pop("perf/generate_s")
+        metrics.update(update_metrics)
         metrics.update({
             "completion/len_mean": lengths.mean().item(), "completion/len_min": lengths.min().item(),
             "completion/len_max": lengths.max().item(),
-            "completion/truncated_frac": sum(rollout.truncated) / len(comp_ids),
+            "completion/truncated_frac": batch.truncated.float().mean().item(),
             "lr": self.scheduler.get_last_lr()[0],
-            "perf/step_s": time.perf_counter() - t0, "perf/generate_s": t_gen, "perf/train_s": t_train,
-            "perf/gen_tokens_per_s": gen_tokens / max(t_gen, 1e-9),
+            "perf/step_s": t2 - t0, "perf/generate_s": t_gen, "perf/train_s": t2 - t1,
+            "perf/gen_tokens_per_s": lengths.sum().item() / max(t_gen, TIME_FLOOR_S),
+            "perf/train_tokens_per_s": sums.processed / max(t2 - t1, TIME_FLOOR_S),
         })
-        metrics["perf/train_tokens_per_s"] = metrics.pop("_train_tokens") / max(t_train, 1e-9)
-        self._last_batch = (rows, comp_ids, rewards_per_func, rewards, advantages)
+        self.last_batch = batch
         return metrics
 
-    def _score(self, rows: list[dict], comp_ids: list[list[int]]) -> tuple[torch.Tensor, dict]:
-        """Rewards [N,F] (NaN = excluded) and per-function statistics."""
-        G = self.args.num_generations
-        texts = self.tokenizer.batch_decode(comp_ids, skip_special_tokens=True)
-        prompts = [r["prompt"] for r in rows for _ in range(G)]
-        completions = ([[{"role": "assistant", "content": t}] for t in texts]
-                       if is_conversational(rows[0]["prompt"]) else texts)
-        columns = {k: [r.get(k) for r in rows for _ in range(G)] for k in rows[0] if k != "prompt"}
+    def rollout(self, idx: list[int]) -> tuple[GRPOBatch, dict[str, float]]:
+        """Generate G completions for each of the B prompts `idx`, score them, group advantages."""
+        a, G = self.args, self.args.num_generations
+        rows = [self.rows[i] for i in idx]                                           # B
+        t0 = time.perf_counter()
+        out = self.engine.generate([self.prompt_ids[i] for i in idx], G, self.sampling, self.generator)
+        t_gen = time.perf_counter() - t0
+        texts = self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)  # N
         state = SimpleNamespace(global_step=self.step_count, max_steps=self.max_steps)  # TRL's TrainerState fields
-        rpf, metrics = score_completions(self.reward_funcs, prompts, completions, columns,
-                                         completion_ids=comp_ids, trainer_state=state)
-        self._last_texts = (prompts, texts)
-        for j, fn in enumerate(self.reward_funcs):
-            col = rpf[:, j]
-            ok = col[torch.isfinite(col)]
-            name = reward_name(fn)
-            metrics[f"reward/{name}/mean"] = ok.mean().item() if len(ok) else float("nan")
-            metrics[f"reward/{name}/std"] = ok.std().item() if len(ok) > 1 else float("nan")
-        return rpf, metrics
+        rpf, metrics = score_groups(self.reward_funcs, rows, texts, G, out.completion_ids, state)  # [N,F]
+        rewards = self._combine(rpf)                                                 # [N]
+        ok = rewards[torch.isfinite(rewards)]
+        advantages, adv_metrics = algos.compute_advantages(a.advantage_estimator, rewards, G)  # [N]
+        metrics.update(adv_metrics)
+        metrics.update({"reward/mean": ok.mean().item() if len(ok) else float("nan"),
+                        "reward/std": ok.std().item() if len(ok) > 1 else float("nan"),
+                        "reward/excluded_frac": 1 - len(ok) / len(rewards), "perf/generate_s": t_gen})
+        batch = GRPOBatch(rows=rows, prompt_ids=[self.prompt_ids[i] for i in idx for _ in range(G)],
+                          completion_ids=out.completion_ids, texts=texts, truncated=torch.tensor(out.truncated),
+                          rewards_per_func=rpf, rewards=rewards, advantages=advantages, version=out.version)
+        return batch, metrics
 
-    def _combine(self, rpf: torch.Tensor) -> torch.Tensor:
+    def _combine(self, rpf: Tensor) -> Tensor:
         """Weighted sum over functions, NaN ignored; NaN only when no function gave a value."""
         finite = torch.isfinite(rpf)                                                 # [N,F]
-        total = (torch.where(finite, rpf, torch.zeros_like(rpf)) * self.reward_weights).sum(-1)
+        total = (torch.where(finite, rpf, torch.zeros_like(rpf)) * self.reward_weights).sum(-1)  # [N]
         return torch.where(finite.any(-1), total, torch.full_like(total, float("nan")))  # [N]
+
+    # ------------------------------------------------------------------ the update
+    def update(self, batch: GRPOBatch) -> tuple[LossSums, dict[str, float]]:
+        """num_iterations passes of minibatch updates over the batch; token sums and loss-side metrics."""
+        a, N = self.args, len(batch.completion_ids)
+        micro, mb = a.per_device_train_batch_size, a.per_device_train_batch_size * a.gradient_accumulation_steps
+        keep = ~batch.truncated if a.mask_truncated_completions else torch.ones(N, dtype=torch.bool)  # [N]
+        n_tok = torch.tensor([len(c) for c in batch.completion_ids]) * keep          # [N]
+        old = self._frozen_logprobs(batch, reference=False) if a.num_iterations > 1 else None
+        ref = self._frozen_logprobs(batch, reference=True) if a.beta > 0 else None
+        trainable = keep & (n_tok > 0)                                               # [N]
+        if a.skip_zero_advantage and a.beta == 0:
+            trainable &= batch.advantages != 0   # such sequences add exactly 0 to loss and gradient
+        seq_len = [len(p) + len(c) for p, c in zip(batch.prompt_ids, batch.completion_ids)]
+        sums, grad_norms = LossSums(), []
+        self.model.train()
+        for _ in range(a.num_iterations):
+            order = torch.randperm(N, generator=self.generator)
+            for s in range(0, N, mb):
+                part = order[s:s + mb]
+                denom = dict(num_sequences=int(keep[part].sum()), num_tokens=int(n_tok[part].sum()),
+                             max_len=a.max_completion_length)
+                live = sorted(part[trainable[part]].tolist(), key=seq_len.__getitem__)
+                for m in range(0, len(live), micro):  # length-sorted micro-batches: little padding
+                    sums = sums + self._micro_step(batch, live[m:m + micro], keep, old, ref, denom)
+                grad_norms.append(optimizer_step(a, self.model, self.optimizer, self.scheduler))
+        per_token = max(sums.tokens, 1)
+        metrics = {"loss": sums.loss / max(len(grad_norms), 1), "entropy": sums.entropy / per_token,
+                   "clip/low": sums.clip_low / per_token, "clip/high": sums.clip_high / per_token,
+                   "grad_norm": sum(grad_norms) / max(len(grad_norms), 1),
+                   "train/trained_frac": trainable.float().mean().item()}
+        if ref is not None:
+            metrics["kl"] = sums.kl / per_token
+        return sums, metrics
+
+    def _micro_step(self, batch: GRPOBatch, ids: list[int], keep: Tensor, old: list[Tensor] | None,
+                    ref: list[Tensor] | None, denom: dict) -> LossSums:
+        """Forward, loss and backward for the sequences `ids`; returns their token sums."""
+        a = self.args
+        p, c = [batch.prompt_ids[i] for i in ids], [batch.completion_ids[i] for i in ids]
+        logp, mask, ent = self._logprobs(self.model, p, c, with_entropy=True)        # [n,T]
+        T = logp.shape[1]
+
+        def stack(seqs):  # per-sequence 1-D log-probs -> [n,T]
+            return torch.stack([torch.nn.functional.pad(x, (0, T - len(x))) for x in seqs]).to(logp.device)
+
+        old_lp = stack([old[i] for i in ids]) if old is not None else logp.detach()  # [n,T]
+        mask = mask * keep[ids].to(mask.device).unsqueeze(-1)                        # [n,T]
+        loss_tok, clip = algos.policy_loss(logp, old_lp, batch.advantages[ids].to(logp.device), mask,
+                                           a.epsilon, a.epsilon_high, a.importance_sampling_level, a.delta)  # [n,T]
+        kl_sum = 0.0
+        if ref is not None:
+            kl = algos.kl_penalty(a.kl_estimator, logp, stack([ref[i] for i in ids]))  # [n,T]
+            loss_tok = loss_tok + a.beta * kl                                         # [n,T]
+            kl_sum = float((kl.detach() * mask).sum())
+        loss = algos.aggregate(a.loss_type, loss_tok, mask, **denom)
+        loss.backward()
+        return LossSums(loss=float(loss.detach()), tokens=float(mask.sum()), kl=kl_sum,
+                        entropy=float((ent * mask).sum()), clip_low=float((clip["clip/low"] * mask).sum()),
+                        clip_high=float((clip["clip/high"] * mask).sum()),
+                        processed=sum(map(len, p)) + sum(map(len, c)))
 
     def _logprobs(self, model, prompts, comps, with_entropy=False):
         return completion_logprobs(model, prompts, comps, self.tokenizer.pad_token_id,
                                    self.args.temperature, with_entropy)
 
     @torch.no_grad()
-    def _frozen_logprobs(self, prompts, comps, reference: bool) -> list[torch.Tensor]:
+    def _frozen_logprobs(self, batch: GRPOBatch, reference: bool) -> list[Tensor]:
         """Per-sequence log-probs under the current weights (old policy) or the reference."""
-        a = self.args
-        ctx = nullcontext()
-        model = self.model
+        micro = self.args.per_device_train_batch_size
+        model, ctx = self.model, nullcontext()
         if reference:
             model = self.ref_model if self.ref_model is not None else self.model
             ctx = self.model.disable_adapter() if self.is_peft else nullcontext()
         out = []
         with ctx:
-            for s in range(0, len(prompts), a.per_device_train_batch_size):
-                lp, mask, _ = self._logprobs(model, prompts[s:s + a.per_device_train_batch_size],
-                                             comps[s:s + a.per_device_train_batch_size])
+            for s in range(0, len(batch.completion_ids), micro):
+                lp, mask, _ = self._logprobs(model, batch.prompt_ids[s:s + micro], batch.completion_ids[s:s + micro])
                 out += [lp[i, :int(mask[i].sum())].cpu() for i in range(len(lp))]
         return out
 
-    def _update(self, prompts, comps, advantages, keep) -> dict[str, float]:
-        """num_iterations passes of minibatch updates; returns loss-side metrics."""
-        a, N = self.args, len(comps)
-        micro, mb = a.per_device_train_batch_size, a.per_device_train_batch_size * a.gradient_accumulation_steps
-        n_tok = torch.tensor([len(c) for c in comps]) * keep                         # [N]
-        old = self._frozen_logprobs(prompts, comps, reference=False) if a.num_iterations > 1 else None
-        ref = self._frozen_logprobs(prompts, comps, reference=True) if a.beta > 0 else None
-        trainable = keep & (n_tok > 0)
-        if a.skip_zero_advantage and a.beta == 0:
-            trainable &= advantages != 0   # such sequences add exactly 0 to loss and gradient
-        sums = {"loss": 0.0, "tokens": 0.0, "kl": 0.0, "entropy": 0.0, "clip/low": 0.0, "clip/high": 0.0}
-        grad_norms, train_tokens = [], 0
-        self.model.train()
-        for _ in range(a.num_iterations):
-            order = torch.randperm(N, generator=self.generator)
-            for s in range(0, N, mb):
-                batch = order[s:s + mb]
-                denom = dict(num_sequences=int(keep[batch].sum()), num_tokens=int(n_tok[batch].sum()),
-                             max_len=a.max_completion_length)
-                live = sorted(batch[trainable[batch]].tolist(), key=lambda i: len(prompts[i]) + len(comps[i]))
-                for m in range(0, len(live), micro):  # length-sorted micro-batches: little padding
-                    train_tokens += self._micro_step(live[m:m + micro], prompts, comps, advantages, keep,
-                                                     old, ref, denom, sums)
-                grad_norms.append(optimizer_step(a, self.model, self.optimizer, self.scheduler))
-        steps, tokens = len(grad_norms), sums.pop("tokens")
-        out = {k: v / max(tokens, 1) for k, v in sums.items() if k != "loss"}
-        out["loss"] = sums["loss"] / max(steps, 1)
-        if ref is None:
-            out.pop("kl")
-        out["grad_norm"] = sum(grad_norms) / max(steps, 1)
-        out["train/trained_frac"] = float(trainable.float().mean())
-        out["_train_tokens"] = train_tokens
-        return out
-
-    def _micro_step(self, ids, prompts, comps, advantages, keep, old, ref, denom, sums) -> int:
-        """Forward, loss and backward for one micro-batch; adds token-summed stats to `sums`."""
-        a = self.args
-        p, c = [prompts[i] for i in ids], [comps[i] for i in ids]
-        logp, mask, ent = self._logprobs(self.model, p, c, with_entropy=True)          # [n,T]
-        T = logp.shape[1]
-
-        def stack(seqs):  # per-sequence 1-D log-probs -> [n,T]
-            return torch.stack([torch.nn.functional.pad(x, (0, T - len(x))) for x in seqs]).to(logp.device)
-
-        old_lp = stack([old[i] for i in ids]) if old is not None else logp.detach()   # [n,T]
-        mask = mask * keep[ids].to(mask.device).unsqueeze(-1)                         # [n,T]
-        loss_tok, clip = algos.policy_loss(logp, old_lp, advantages[ids].to(logp.device), mask,
-                                           a.epsilon, a.epsilon_high, a.importance_sampling_level, a.delta)
-        if ref is not None:
-            kl = algos.kl_penalty(a.kl_estimator, logp, stack([ref[i] for i in ids]))  # [n,T]
-            loss_tok = loss_tok + a.beta * kl
-            sums["kl"] += float((kl.detach() * mask).sum())
-        loss = algos.aggregate(a.loss_type, loss_tok, mask, **denom)
-        loss.backward()
-        sums["loss"] += float(loss.detach())
-        sums["entropy"] += float((ent * mask).sum())
-        for k, v in clip.items():
-            sums[k] += float((v * mask).sum())
-        sums["tokens"] += float(mask.sum())
-        return sum(map(len, p)) + sum(map(len, c))
-
+    # ------------------------------------------------------------------ logging
     def after_step(self, metrics, bar) -> None:
         """Append a few completions with their rewards to completions.jsonl and the terminal."""
-        n = self.args.log_completions_steps
-        if not n or self.step_count % n:
+        n, b = self.args.log_completions_steps, self.last_batch
+        if not n or self.step_count % n or b is None:
             return
-        rows, comp_ids, rpf, rewards, adv = self._last_batch
-        prompts, texts = self._last_texts
         names = [reward_name(f) for f in self.reward_funcs]
+        prompts = b.prompts
         with open(self.run_dir / "completions.jsonl", "a") as f:
-            for i in range(min(self.args.num_completions_to_print, len(texts))):
-                rec = {"step": self.step_count, "prompt": prompts[i], "completion": texts[i],
-                       "rewards": dict(zip(names, [None if v != v else float(v) for v in rpf[i].tolist()])),
-                       "advantage": float(adv[i])}
+            for i in range(min(self.args.num_completions_to_print, len(b.texts))):
+                values = [None if v != v else float(v) for v in b.rewards_per_func[i].tolist()]
+                rec = {"step": self.step_count, "prompt": prompts[i], "completion": b.texts[i],
+                       "rewards": dict(zip(names, values)), "advantage": float(b.advantages[i])}
                 f.write(json.dumps(rec) + "\n")
-                bar.write(f"[step {self.step_count}] reward={float(rewards[i]):.3f} | {texts[i][:200]!r}")
+                bar.write(f"[step {self.step_count}] reward={float(b.rewards[i]):.3f} | {b.texts[i][:200]!r}")

@@ -1,21 +1,59 @@
-"""What every training loop shares: the step loop, logging, evaluation, checkpoints, resume."""
+"""What every training loop shares: the step loop, prompt order, optimizer, logging, evaluation, checkpoints."""
 
 from __future__ import annotations
 
 import abc
 import logging
+import random
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import torch
 
-from ..config import save_config
+from ..config import TrainConfig, save_config
 from ..metrics import make_logger
 from ..models import save_model
 from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from .config import TrainConfig
 
 log = logging.getLogger("aha.train")
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def build_optimizer(cfg: TrainConfig, model, total_steps: int):
+    """AdamW over trainable parameters, warmup then constant/cosine/linear."""
+    from transformers import get_scheduler
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("the model has no trainable parameters")
+    opt = torch.optim.AdamW(params, lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2),
+                            weight_decay=cfg.weight_decay)
+    name = {"constant": "constant_with_warmup"}.get(cfg.lr_scheduler_type, cfg.lr_scheduler_type)
+    sched = get_scheduler(name, opt, num_warmup_steps=cfg.warmup_steps,
+                          num_training_steps=max(total_steps, 1))
+    return opt, sched
+
+
+def optimizer_step(cfg: TrainConfig, model, opt, sched) -> float:
+    """Clip, step, schedule, zero; returns the pre-clip gradient norm.
+
+    Gradients are zeroed to tensors, not None, so AdamW moves every parameter on every step even
+    when a skipped batch left its gradient at 0 (as if the zero loss had been backpropagated).
+    """
+    params = [p for p in model.parameters() if p.requires_grad]
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf"))
+    opt.step()
+    sched.step()
+    opt.zero_grad(set_to_none=False)
+    return float(norm)
 
 
 class PromptSampler:
@@ -63,10 +101,6 @@ class Trainer(abc.ABC):
     def after_step(self, metrics: dict[str, float], bar) -> None:
         """Hook for per-step extras (GRPO logs sample completions here)."""
 
-    @property
-    def eval_steps(self) -> int:
-        return getattr(self.args, "eval_steps", 0)
-
     def train(self, resume_from_checkpoint: str | bool | None = None) -> dict[str, float]:
         """Run to `max_steps`; resume from a checkpoint dir, or True for the latest in output_dir."""
         from tqdm.auto import tqdm
@@ -83,14 +117,14 @@ class Trainer(abc.ABC):
         bar = tqdm(total=self.max_steps, initial=self.step_count, desc=type(self).__name__,
                    disable=not a.progress_bar, dynamic_ncols=True)
         metrics: dict[str, float] = {}
-        if self.eval_fn and self.eval_steps and self.step_count == 0:  # the starting point of the curve
+        if self.eval_fn and a.eval_steps and self.step_count == 0:  # the starting point of the curve
             logger.log(0, {f"eval/{k}": v for k, v in self.eval_fn(self.model, self.tokenizer).items()})
         try:
             while self.step_count < self.max_steps:
                 metrics = self.step()
                 self.step_count += 1
                 last = self.step_count == self.max_steps
-                if self.eval_fn and self.eval_steps and (self.step_count % self.eval_steps == 0 or last):
+                if self.eval_fn and a.eval_steps and (self.step_count % a.eval_steps == 0 or last):
                     metrics.update({f"eval/{k}": v for k, v in self.eval_fn(self.model, self.tokenizer).items()})
                 if self.step_count % a.logging_steps == 0 or last:
                     logger.log(self.step_count, metrics)

@@ -6,12 +6,12 @@ import math
 import time
 from typing import Callable
 
-import torch
-
+from .. import algos
+from ..config import SFTConfig
 from ..data import encode_prompt, is_conversational, load_rows
-from .common import build_optimizer, completion_logprobs, optimizer_step, seed_everything, setup_model
-from .config import SFTConfig
-from .loop import PromptSampler, Trainer
+from ..models import setup_model
+from .logprobs import completion_logprobs
+from .loop import PromptSampler, Trainer, build_optimizer, optimizer_step, seed_everything
 
 
 def split_example(row: dict, cfg: SFTConfig) -> tuple[object, str]:
@@ -71,7 +71,7 @@ class SFTTrainer(Trainer):
             part = [self.examples[i] for i in idx[s:s + a.per_device_train_batch_size]]
             logp, mask, _ = completion_logprobs(self.model, [p for p, _ in part], [c for _, c in part],
                                                 self.tokenizer.pad_token_id)          # [n,T]
-            loss = -(logp * mask).sum() / total
+            loss = algos.aggregate("dapo", -logp, mask, num_tokens=total)  # token mean over the whole batch
             loss.backward()
             loss_sum += float(loss.detach())
             tokens += sum(len(p) + len(c) for p, c in part)

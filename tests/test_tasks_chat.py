@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from aha.data import is_conversational
-from aha.data.smollm import OPERATIONS, TEST_SIZE
-from aha.data.tasks import get_task
+from aha.tasks.chat import OPERATIONS, TEST_SIZE
+from aha.tasks import get_task
 
 TASKS = ["chat_add", "chat_sub"]
 
@@ -81,7 +81,7 @@ def test_example_configs_parse(name, lora):
     from pathlib import Path
 
     from aha.config import parse_args
-    from aha.train.config import GRPOConfig
+    from aha.config import GRPOConfig
     cfg = parse_args(GRPOConfig, [str(Path(__file__).parents[1] / "examples" / name)])
     assert cfg.task == "chat_add" and cfg.model == "smollm2-135m-instruct" and cfg.use_lora is lora
     assert cfg.max_completion_length <= get_task("chat_add").max_completion_length

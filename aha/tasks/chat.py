@@ -17,8 +17,7 @@ import random
 from dataclasses import dataclass
 from typing import Callable
 
-from .synthetic import _split_of
-from .tasks import Task, extract_math_answer, math_answer_reward, register_task
+from .base import Task, extract_math_answer, math_answer_reward, register_task, split_of
 
 INSTRUCTION = "Answer with just the number."
 TEST_PERCENT = 25
@@ -61,7 +60,7 @@ def make_rows(name: str, split: str, n: int | None = None, seed: int = 0) -> lis
     if split not in ("train", "test"):
         raise ValueError(f"unknown split '{split}'; valid: ['test', 'train']")
     op = OPERATIONS[name]
-    pairs = [(a, b) for a, b in op.problems() if _split_of(op.key(a, b), TEST_PERCENT) == split]
+    pairs = [(a, b) for a, b in op.problems() if split_of(op.key(a, b), TEST_PERCENT) == split]
     random.Random(f"chat_{name}-{split}-{seed}").shuffle(pairs)
     n = n if n is not None else (TEST_SIZE if split == "test" else len(pairs))
     if not 0 < n <= len(pairs):
@@ -76,5 +75,5 @@ for _name, _desc in (("add", "a + b, a and b in 0..50"), ("sub", "a - b, 0 <= b 
         load=lambda split, n=None, seed=0, _name=_name: make_rows(_name, split, n, seed),
         rewards=lambda: [math_answer_reward()], correct=math_answer_reward, extract=extract_math_answer, reward_weights=[1.0],
         max_completion_length=24,
-        info={"description": f"{_desc}, asked in words as a chat prompt; the reply's final number is checked"},
+        description=f"{_desc}, asked in words as a chat prompt; the reply's final number is checked",
     ))

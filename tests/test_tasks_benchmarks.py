@@ -8,10 +8,9 @@ import os
 import pytest
 
 from aha.data import is_conversational
-from aha.data.benchmarks import (DATA_ENV, data_path, gsm8k_gold, gsm8k_reasoning, gsm8k_shots, jsonl_task,
-                                 resolve_task)
+from aha.tasks.benchmarks import DATA_ENV, data_path, gsm8k_gold, gsm8k_reasoning, gsm8k_shots, jsonl_task
 from aha.data.prompts import R1_SYSTEM, PromptTemplate, get_template
-from aha.data.tasks import get_task
+from aha.tasks import get_task
 
 try:
     import aha.rewards  # noqa: F401
@@ -109,22 +108,22 @@ def test_jsonl_task_maps_columns(tmp_path):
     assert rows[1]["prompt"] == [{"role": "user", "content": "1+1?"}]  # chat prompts kept as they are
     assert [r["answer"] for r in rows] == ["5", "2"] and [r["id"] for r in rows] == [0, 1]
     assert rows[0]["src"] == "x"
-    via_name = resolve_task(f"jsonl:{path}")
+    via_name = get_task(f"jsonl:{path}")
     assert via_name.name == f"jsonl:{path}"
     with pytest.raises(ValueError, match="no column 'prompt'"):
         via_name.load("train")  # default column names do not exist in this file
-    mapped = resolve_task(f"jsonl:{path}@plain?prompt=q&answer=gold")  # the same mapping from a task name
+    mapped = get_task(f"jsonl:{path}@plain?prompt=q&answer=gold")  # the same mapping from a task name
     assert [(r["prompt"], r["answer"]) for r in mapped.load("train")] == [(r["prompt"], r["answer"]) for r in rows]
     with pytest.raises(ValueError, match=r"unknown option 'answer_col' .*valid: \['answer', 'prompt', 'reward'\]"):
-        resolve_task(f"jsonl:{path}?answer_col=gold")
+        get_task(f"jsonl:{path}?answer_col=gold")
     with pytest.raises(ValueError, match="row 0 has no column 'question'"):
-        resolve_task(f"jsonl:{path}?prompt=question&answer=gold").load("train")
+        get_task(f"jsonl:{path}?prompt=question&answer=gold").load("train")
 
 
 def test_jsonl_task_split_files(tmp_path):
     for split, q in (("train", "a"), ("test", "b")):
         (tmp_path / f"{split}.jsonl").write_text(json.dumps({"prompt": q, "answer": "1"}) + "\n")
-    task = resolve_task(f"jsonl:{tmp_path}/{{split}}.jsonl")
+    task = get_task(f"jsonl:{tmp_path}/{{split}}.jsonl")
     assert task.load("test")[0]["prompt"][-1]["content"] == "b"
     assert task.load("train")[0]["prompt"][-1]["content"] == "a"
 
@@ -140,24 +139,24 @@ def test_jsonl_missing_column_error(tmp_path):
     with pytest.raises(ValueError, match="unknown reward 'nope'; valid: \\['code', 'math'\\]"):
         jsonl_task(path, reward="nope")
     with pytest.raises(FileNotFoundError):
-        resolve_task(f"jsonl:{tmp_path}/absent.jsonl").load("train")
+        get_task(f"jsonl:{tmp_path}/absent.jsonl").load("train")
 
 
 def test_resolve_task_names(tmp_path):
-    assert resolve_task("gsm8k") is get_task("gsm8k")
+    assert get_task("gsm8k") is get_task("gsm8k")
     with pytest.raises(ValueError, match="unknown task 'nope'"):
-        resolve_task("nope")
-    boxed = resolve_task("gsm8k@boxed_base")
+        get_task("nope")
+    boxed = get_task("gsm8k@boxed_base")
     row = boxed.load("test", n=1)[0]
     assert boxed.name == "gsm8k@boxed_base" and boxed.reward_weights == [1.0]  # no tags asked for: no format reward
     assert row["prompt"].startswith("User: ") and row["prompt"].endswith("\\boxed{}.\nAssistant:")
     assert row["completion"].endswith(f"$\\boxed{{{row['answer']}}}$.")
     with pytest.raises(ValueError, match="unknown prompt template 'nope'"):
-        resolve_task("math500@nope")
+        get_task("math500@nope")
     path = tmp_path / "a@b.jsonl"
     path.write_text(json.dumps({"prompt": "1+1?", "answer": "2"}) + "\n")
-    assert resolve_task(f"jsonl:{path}").load("test")[0]["prompt"][0]["content"] == R1_SYSTEM
-    assert resolve_task(f"jsonl:{path}@plain_base").load("test")[0]["prompt"] == "User: 1+1?\nAssistant:"
+    assert get_task(f"jsonl:{path}").load("test")[0]["prompt"][0]["content"] == R1_SYSTEM
+    assert get_task(f"jsonl:{path}@plain_base").load("test")[0]["prompt"] == "User: 1+1?\nAssistant:"
 
 
 # ---- prompt templates ----

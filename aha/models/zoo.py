@@ -238,12 +238,12 @@ def _convert(entry: ZooModel, gguf_path: Path, out: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from .load import ensure_pad_token
     src, file_name = str(gguf_path.parent), gguf_path.name
     tok = AutoTokenizer.from_pretrained(src, gguf_file=file_name)
     if not tok.chat_template:
         tok.chat_template = entry.chat_template
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
+    ensure_pad_token(tok)
     with _memoized_gguf_name_map():
         gguf_model = AutoModelForCausalLM.from_pretrained(src, gguf_file=file_name,
                                                           dtype=torch.float32)

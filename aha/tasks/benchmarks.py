@@ -13,9 +13,9 @@ import random
 import re
 from pathlib import Path
 
-from . import is_conversational, read_jsonl
-from .prompts import PromptTemplate, get_template
-from .tasks import Task, extract_math_answer, get_task, register_task
+from ..data import is_conversational, read_jsonl
+from ..data.prompts import TEMPLATES, PromptTemplate, get_template
+from .base import Task, check_split, extract_math_answer, register_task
 
 DATA_ENV = "AHA_DATA_DIR"
 FORMAT_WEIGHT = 0.1
@@ -24,7 +24,7 @@ FORMAT_WEIGHT = 0.1
 
 def data_dir() -> Path:
     env = os.environ.get(DATA_ENV)
-    return Path(env) if env else Path(__file__).resolve().parents[2].parent / "shared" / "data"
+    return Path(env) if env else Path(__file__).resolve().parents[3] / "shared" / "data"
 
 
 def data_path(*parts: str) -> Path:
@@ -44,11 +44,6 @@ def subset(rows: list[dict], n: int | None, seed: int) -> list[dict]:
         raise ValueError(f"asked for {n} rows; this split has {len(rows)}")
     keep = sorted(random.Random(seed).sample(range(len(rows)), n))
     return [rows[i] for i in keep]
-
-
-def _check_split(name: str, split: str, splits: tuple[str, ...]) -> None:
-    if split not in splits:
-        raise ValueError(f"task '{name}' has no split '{split}'; valid: {list(splits)}")
 
 
 # ---- rewards (imported lazily: importing a task module stays cheap) ----
@@ -110,7 +105,7 @@ def gsm8k_reasoning(solution: str) -> str:
 def gsm8k_rows(split: str, n: int | None = None, seed: int = 0, template="r1") -> list[dict]:
     """Columns: prompt, question, answer (gold number), solution (the reference text, ends with
     `#### n`), completion (the solution in the template's style, for SFT), id (`split/index`)."""
-    _check_split("gsm8k", split, ("train", "test"))
+    check_split("gsm8k", split, ("train", "test"))
     tpl = get_template(template)
     path = data_path("gsm8k", f"{split}.jsonl")
     rows = []
@@ -136,15 +131,14 @@ def gsm8k_task(template="r1", name: str = "gsm8k") -> Task:
         name=name, load=lambda split, n=None, seed=0: gsm8k_rows(split, n, seed, tpl),
         rewards=lambda: _math_rewards(tpl, symbolic=False), correct=lambda: _math_correct(False),
         extract=extract_math_answer, reward_weights=_weights(tpl), max_completion_length=512,
-        info={"description": "grade-school maths word problems; gold is the number after ####",
-              "source": "openai/grade-school-math", "style": tpl.style, "chat": tpl.chat})
+        description="grade-school maths word problems; gold is the number after ####")
 
 
 # ---- MATH-500 ----
 
 def math500_rows(split: str = "test", n: int | None = None, seed: int = 0, template="r1") -> list[dict]:
     """Columns: prompt, problem, answer (LaTeX gold), difficulty, subject, id (unique_id)."""
-    _check_split("math500", split, ("test",))
+    check_split("math500", split, ("test",))
     tpl = get_template(template)
     path = data_path("math500", "test.json")
     rows = []
@@ -163,8 +157,7 @@ def math500_task(template="r1", name: str = "math500") -> Task:
         name=name, load=lambda split, n=None, seed=0: math500_rows(split, n, seed, tpl),
         rewards=lambda: _math_rewards(tpl, symbolic=True), correct=lambda: _math_correct(True),
         extract=extract_math_answer, reward_weights=_weights(tpl), max_completion_length=1024, splits=("test",),
-        info={"description": "MATH-500 competition problems; LaTeX gold compared symbolically",
-              "source": "Hendrycks et al. MATH, MATH-500 split", "style": tpl.style, "chat": tpl.chat})
+        description="MATH-500 competition problems; LaTeX gold compared symbolically")
 
 
 # ---- HumanEval ----
@@ -180,7 +173,7 @@ def humaneval_question(code: str) -> str:
 def humaneval_rows(split: str = "test", n: int | None = None, seed: int = 0, template="plain") -> list[dict]:
     """Columns: prompt, code_prompt (signature + docstring), tests (defines check(candidate)),
     entry_point, solution (canonical body), id (task_id)."""
-    _check_split("humaneval", split, ("test",))
+    check_split("humaneval", split, ("test",))
     tpl = get_template(template)
     rows = [{"prompt": tpl(humaneval_question(r["prompt"])), "code_prompt": r["prompt"], "tests": r["test"],
              "entry_point": r["entry_point"], "solution": r["canonical_solution"], "id": r["task_id"]}
@@ -194,15 +187,14 @@ def humaneval_task(template="plain", name: str = "humaneval") -> Task:
         name=name, load=lambda split, n=None, seed=0: humaneval_rows(split, n, seed, tpl),
         rewards=lambda: [_code_reward("fraction")], correct=_code_reward, extract=None,
         max_completion_length=512, splits=("test",),
-        info={"description": "HumanEval: complete a Python function; all of check(candidate) must pass",
-              "source": "openai/human-eval", "style": tpl.style, "chat": tpl.chat})
+        description="HumanEval: complete a Python function; all of check(candidate) must pass")
 
 
 # ---- any JSONL file ----
 
-REWARDS = {"math": (lambda tpl: _math_rewards(tpl, symbolic=True), lambda: _math_correct(True)),
-           "code": (lambda tpl: [_code_reward("fraction")], _code_reward)}
-"""reward name -> (training rewards for a template, correctness verifier)."""
+JSONL_REWARDS = {"math": (lambda tpl: _math_rewards(tpl, symbolic=True), lambda: _math_correct(True)),
+                 "code": (lambda tpl: [_code_reward("fraction")], _code_reward)}
+"""`reward=` of a jsonl task -> (training rewards for a template, correctness verifier)."""
 
 
 def jsonl_rows(path: str | Path, prompt_column: str = "prompt", answer_column: str | None = "answer",
@@ -235,20 +227,20 @@ def jsonl_task(path: str | Path, prompt_column: str = "prompt", answer_column: s
     a file per split (data/{split}.jsonl); without one, every split reads the same file.
     reward "math": the gold is in answer_column; "code": rows carry `tests` (and `entry_point` for
     HumanEval-style tests, `code_prompt` when completions may be bodies only); answer_column is unused."""
-    if reward not in REWARDS:
-        raise ValueError(f"unknown reward '{reward}'; valid: {sorted(REWARDS)}")
+    if reward not in JSONL_REWARDS:
+        raise ValueError(f"unknown reward '{reward}'; valid: {sorted(JSONL_REWARDS)}")
     tpl = get_template(template)
-    train_rewards, correct = REWARDS[reward]
+    train_rewards, correct = JSONL_REWARDS[reward]
     answer = answer_column if reward == "math" else None
 
     def load(split: str, n: int | None = None, seed: int = 0) -> list[dict]:
-        _check_split(name or f"jsonl:{path}", split, ("train", "test"))
+        check_split(name or f"jsonl:{path}", split, ("train", "test"))
         return subset(jsonl_rows(str(path).replace("{split}", split), prompt_column, answer, tpl), n, seed)
 
     return Task(name=name or f"jsonl:{path}", load=load, rewards=lambda: train_rewards(tpl), correct=correct,
                 extract=extract_math_answer if reward == "math" else None,
                 reward_weights=_weights(tpl) if reward == "math" else None,
-                info={"description": f"rows of {path}", "style": tpl.style, "chat": tpl.chat})
+                description=f"rows of {path}")
 
 
 BUILDERS = {"gsm8k": gsm8k_task, "math500": math500_task, "humaneval": humaneval_task}
@@ -259,30 +251,22 @@ JSONL_OPTIONS = {"prompt": "prompt_column", "answer": "answer_column", "reward":
 """`jsonl:PATH?prompt=q&answer=gold&reward=code` -> jsonl_task's arguments."""
 
 
-def resolve_task(name: str) -> Task:
-    """`jsonl:PATH` -> jsonl_task(PATH), with optional `@TEMPLATE` and `?prompt=COL&answer=COL&reward=math|code`
-    (`jsonl:data/qa.jsonl@plain?prompt=question&answer=gold`); `NAME@TEMPLATE` -> a benchmark with that
-    prompt template; any other name -> the registered task."""
+def jsonl_task_from_name(name: str) -> Task:
+    """`jsonl:PATH[@TEMPLATE][?prompt=COL&answer=COL&reward=math|code]` -> jsonl_task(PATH, ...)
+    (`jsonl:data/qa.jsonl@plain?prompt=question&answer=gold`)."""
     from urllib.parse import parse_qsl
-
-    from .prompts import TEMPLATES
-    if name.startswith("jsonl:"):
-        spec, _, query = name.partition("?")
-        options = {}
-        for key, value in parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query)):
-            if key not in JSONL_OPTIONS:
-                raise ValueError(f"unknown option '{key}' in task name '{name}'; valid: {sorted(JSONL_OPTIONS)}")
-            options[JSONL_OPTIONS[key]] = value
-        base, at, template = spec.rpartition("@")
-        path, template = (base, template) if at and template in TEMPLATES else (spec, "r1")
-        path = path[len("jsonl:"):]
-        if not path:
-            raise ValueError("empty path in task name 'jsonl:'; use jsonl:PATH/TO/FILE.jsonl")
-        return jsonl_task(path, template=template, name=name, **options)
-    base, at, template = name.rpartition("@")
-    if at and base in BUILDERS:
-        return BUILDERS[base](template, name=name)  # an unknown template raises, listing the valid ones
-    return get_task(name)
+    spec, _, query = name.partition("?")
+    options = {}
+    for key, value in parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query)):
+        if key not in JSONL_OPTIONS:
+            raise ValueError(f"unknown option '{key}' in task name '{name}'; valid: {sorted(JSONL_OPTIONS)}")
+        options[JSONL_OPTIONS[key]] = value
+    base, at, template = spec.rpartition("@")
+    path, template = (base, template) if at and template in TEMPLATES else (spec, "r1")
+    path = path[len("jsonl:"):]
+    if not path:
+        raise ValueError("empty path in task name 'jsonl:'; use jsonl:PATH/TO/FILE.jsonl")
+    return jsonl_task(path, template=template, name=name, **options)
 
 
 for _build in BUILDERS.values():

@@ -7,18 +7,12 @@ Train and test never overlap: a problem's split is fixed by a hash of its text, 
 
 from __future__ import annotations
 
-import hashlib
 import random
 import re
 
-from .tasks import Task, extract_math_answer, math_answer_reward, register_task
+from .base import Task, extract_math_answer, math_answer_reward, register_task, split_of
 
 SYSTEM = "Think step by step inside <think></think>, then give the answer inside <answer></answer>."
-
-
-def _split_of(question: str, test_percent: int = 10) -> str:
-    h = int(hashlib.sha1(question.encode()).hexdigest()[:8], 16)
-    return "test" if h % 100 < test_percent else "train"
 
 
 def column_addition(a: int, b: int) -> str:
@@ -62,7 +56,7 @@ def make_addition(split: str, n: int, seed: int = 0, min_digits: int = 1, max_di
     while len(rows) < n:
         a, b = operand(), operand()
         q = f"{a}+{b}"
-        if q not in seen and _split_of(q) == split:
+        if q not in seen and split_of(q) == split:
             seen.add(q)
             rows.append(addition_row(a, b, system))
     return rows
@@ -89,12 +83,10 @@ def _rewards():
     return [math_reward, format_reward, column_steps_reward]
 
 
-
-
 register_task(Task(
     name="arithmetic",
     load=lambda split, n=None, seed=0: make_addition(split, n or (4000 if split == "train" else 200), seed),
     rewards=_rewards, correct=math_answer_reward, extract=extract_math_answer, reward_weights=[1.0, 0.1, 0.5],
     max_completion_length=48,
-    info={"description": "column addition of 1-2 digit numbers, <think> column sums </think><answer>"},
+    description="column addition of 1-2 digit numbers, <think> column sums </think><answer>",
 ))

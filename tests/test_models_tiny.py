@@ -6,7 +6,7 @@ import random
 import pytest
 import torch
 
-from aha.tiny import (SIZES, build_config, build_model, make_tiny, num_params, save_pretrained_dir,
+from aha.models.tiny import (SIZES, build_config, build_model, make_tiny, num_params, save_pretrained_dir,
                       train_tokenizer)
 
 

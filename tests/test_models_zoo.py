@@ -1,4 +1,4 @@
-"""aha.zoo: name resolution, error messages, atomic conversion. Only the last test touches the
+"""aha.models.zoo: name resolution, error messages, atomic conversion. Only the last test touches the
 network, and it skips itself when the wheel cannot be had."""
 
 import json

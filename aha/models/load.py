@@ -1,4 +1,5 @@
-"""Load policy models and tokenizers: hub id (from the local cache), local directory or short name."""
+"""Load, set up and save policy models: hub id (from the local cache), local directory or short name;
+pad token, LoRA and dtype set in one place."""
 
 from __future__ import annotations
 
@@ -19,11 +20,16 @@ def resolve(name_or_path: str) -> str:
 def load_tokenizer(name_or_path: str):
     """Tokenizer with a pad token (EOS when the model has none) and left padding for generation."""
     from transformers import AutoTokenizer
-    tok = AutoTokenizer.from_pretrained(resolve(name_or_path))
-    if tok.pad_token_id is None:
-        tok.pad_token = tok.eos_token
+    tok = ensure_pad_token(AutoTokenizer.from_pretrained(resolve(name_or_path)))
     tok.padding_side = "left"
     return tok
+
+
+def ensure_pad_token(tokenizer):
+    """Batches need a pad id; a model released without one pads with EOS (the padding is masked out)."""
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
 
 
 def load_model(name_or_path: str, dtype: str = "float32", attn_implementation: str | None = None,
@@ -66,3 +72,33 @@ def save_model(model, tokenizer, path: str | Path, merge_lora: bool = True) -> P
     model.save_pretrained(path, safe_serialization=True)
     tokenizer.save_pretrained(path)
     return path
+
+
+def setup_model(cfg, model=None, tokenizer=None, peft_config=None):
+    """(model, tokenizer) for a training stage from a name or objects, LoRA applied when asked for.
+
+    `cfg` is a TrainConfig: model, dtype, attn_implementation, gradient_checkpointing, threads and lora_*.
+    """
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    if model is None or isinstance(model, str):
+        name = model or cfg.model
+        if not name:
+            raise ValueError("no model given: pass model=... or set `model` in the config")
+        tokenizer = tokenizer or load_tokenizer(name)
+        model = load_model(name, cfg.dtype, cfg.attn_implementation, cfg.gradient_checkpointing)
+    elif tokenizer is None:
+        raise ValueError("a model object needs its tokenizer: pass processing_class=...")
+    ensure_pad_token(tokenizer)
+    if peft_config is None and cfg.use_lora:
+        from peft import LoraConfig
+        targets = cfg.lora_target_modules
+        peft_config = LoraConfig(
+            r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+            target_modules=targets[0] if targets == ["all-linear"] else targets, task_type="CAUSAL_LM")
+    if peft_config is not None:
+        from peft import get_peft_model
+        if cfg.gradient_checkpointing:
+            model.enable_input_require_grads()
+        model = get_peft_model(model, peft_config)
+    return model, tokenizer

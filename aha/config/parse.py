@@ -105,16 +105,21 @@ def _check_key(cls, key: str) -> None:
         raise ConfigError(f"unknown config key '{key}' for {cls.__name__}{hint}")
 
 
-def checked_keys(cls):
-    """Class decorator (after @dataclass): `cls(learning_rat=1)` raises a ConfigError that suggests
-    `learning_rate`, as the YAML and command-line paths do, instead of Python's bare TypeError."""
+def checked(cls):
+    """Class decorator (after @dataclass): the one validation path for Python, YAML and the command line.
+
+    `cls(learning_rat=1)` raises a ConfigError that suggests `learning_rate` instead of Python's bare
+    TypeError, and `cls(report_to="none")` is coerced and type-checked like `report_to=none` on the
+    command line, so a wrong value fails here, before any model is loaded.
+    """
     init = cls.__init__
 
     @functools.wraps(init)
     def __init__(self, *args, **kwargs):
+        hints = typing.get_type_hints(type(self))
         for key in kwargs:
-            _check_key(cls, key)
-        init(self, *args, **kwargs)
+            _check_key(type(self), key)
+        init(self, *args, **{k: _coerce(k, v, hints[k]) for k, v in kwargs.items()})
 
     cls.__init__ = __init__
     return cls
@@ -122,12 +127,7 @@ def checked_keys(cls):
 
 def from_dict(cls, values: dict[str, Any]):
     """Build `cls` from a flat mapping, checking names and types."""
-    hints = typing.get_type_hints(cls)
-    kwargs = {}
-    for key, value in values.items():
-        _check_key(cls, key)
-        kwargs[key] = _coerce(key, value, hints[key])
-    return cls(**kwargs)
+    return cls(**values)
 
 
 def parse_args(cls, argv: list[str]):
@@ -149,6 +149,19 @@ def parse_args(cls, argv: list[str]):
         else:
             raise ConfigError(f"cannot read argument {arg!r}: expected CONFIG.yaml or key=value")
     return from_dict(cls, values)
+
+
+def _type_name(hint: Any) -> str:
+    """`Literal['a', 'b']` -> "one of a, b"; `Optional[int]` -> "int or null"; `list[str]` -> "list of str"."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Literal:
+        return "one of " + ", ".join(map(str, args))
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in args if a is not type(None)) + (
+            " or null" if type(None) in args else "")
+    if origin in (list, tuple):
+        return "list of " + _type_name(args[0]) if args else "list"
+    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
 
 
 def help_text(cls) -> str:

@@ -1,0 +1,433 @@
+"""Every stage's flat config: one dataclass per stage, a one-line docstring per field.
+
+Field names follow TRL's where TRL has the same knob. Values are checked (names, types, ranges)
+when the object is built, whether from Python, YAML or the command line, and derived values are
+computed once in `__post_init__`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional
+
+from .parse import ConfigError, checked
+
+DType = Literal["float32", "bfloat16", "float16"]
+
+
+def require(ok: bool, key: str, rule: str, value: Any) -> None:
+    """Raise a ConfigError naming the key, the rule and the value when `ok` is false."""
+    if not ok:
+        raise ConfigError(f"{key} must be {rule}, got {value!r}")
+
+
+def require_all(cfg, rules: dict[str, tuple[Any, str]]) -> None:
+    """`rules`: key -> (predicate on the value, the rule in words). Checked in order."""
+    for key, (pred, rule) in rules.items():
+        value = getattr(cfg, key)
+        require(pred(value), key, rule, value)
+
+
+def positive(v) -> bool:
+    return v > 0
+
+
+def non_negative(v) -> bool:
+    return v >= 0
+
+
+def at_least_one(v) -> bool:
+    return v >= 1
+
+
+def finite(pred):
+    return lambda v: math.isfinite(v) and pred(v)
+
+
+@dataclass
+class TrainConfig:
+    """What every training stage shares: model, LoRA, optimiser, logging, checkpoints."""
+
+    output_dir: str = "runs/train"
+    """Run directory: metrics, config, checkpoints and the final model go here."""
+    model: str = ""
+    """Policy model: hub id in the local cache, local directory, or a known short name."""
+    dtype: DType = "float32"
+    """Weights dtype."""
+    attn_implementation: Optional[str] = None
+    """transformers attention backend (sdpa, eager, flash_attention_2); None = library default."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass to save memory."""
+    use_lora: bool = False
+    """Train LoRA adapters (peft) instead of all weights."""
+    lora_r: int = 16
+    """LoRA rank."""
+    lora_alpha: int = 32
+    """LoRA scaling numerator (scale = alpha / r)."""
+    lora_dropout: float = 0.0
+    """Dropout on the LoRA path."""
+    lora_target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
+    """Modules that get adapters; "all-linear" = every linear layer but the output head."""
+    save_merged: bool = True
+    """With LoRA, save the final model with adapters merged (else save the adapter only)."""
+    learning_rate: float = 1e-6
+    """Peak learning rate of AdamW."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    adam_beta1: float = 0.9
+    """AdamW beta1."""
+    adam_beta2: float = 0.999
+    """AdamW beta2."""
+    max_grad_norm: float = 1.0
+    """Clip the global gradient norm to this (0 disables)."""
+    lr_scheduler_type: Literal["constant", "cosine", "linear"] = "constant"
+    """Learning-rate shape after warmup."""
+    warmup_steps: int = 0
+    """Linear warmup, in optimizer steps."""
+    per_device_train_batch_size: int = 8
+    """Sequences per forward/backward pass (micro-batch)."""
+    gradient_accumulation_steps: int = 1
+    """Micro-batches summed into one optimizer step."""
+    max_steps: int = 100
+    """Training steps (GRPO: generate-score-update rounds; SFT: optimizer steps)."""
+    seed: int = 42
+    """Seed for data order, sampling and initialisation."""
+    logging_steps: int = 1
+    """Write metrics every this many steps."""
+    report_to: list[str] = field(default_factory=lambda: ["jsonl", "tensorboard"])
+    """Metric sinks: jsonl, tensorboard (both write into output_dir)."""
+    save_steps: int = 0
+    """Checkpoint every this many steps (0: only at the end)."""
+    save_total_limit: int = 2
+    """Keep at most this many checkpoints (oldest removed first)."""
+    resume: bool = False
+    """Continue from the last complete checkpoint in output_dir."""
+    progress_bar: bool = True
+    """Show a terminal progress bar."""
+    threads: int = 0
+    """torch CPU threads (0: torch's default)."""
+    eval_steps: int = 0
+    """Evaluate on the task's held-out split every this many steps (0: never; needs a task or eval_fn)."""
+    eval_samples: int = 100
+    """Held-out prompts used by the in-training evaluation."""
+
+    def __post_init__(self):
+        require_all(self, {
+            "learning_rate": (finite(non_negative), ">= 0"),
+            "weight_decay": (finite(non_negative), ">= 0"),
+            "adam_beta1": (lambda v: 0 <= v < 1, "in [0, 1)"),
+            "adam_beta2": (lambda v: 0 <= v < 1, "in [0, 1)"),
+            "max_grad_norm": (finite(non_negative), ">= 0 (0 disables clipping)"),
+            "warmup_steps": (non_negative, ">= 0"),
+            "per_device_train_batch_size": (at_least_one, ">= 1"),
+            "gradient_accumulation_steps": (at_least_one, ">= 1"),
+            "max_steps": (non_negative, ">= 0"),
+            "logging_steps": (at_least_one, ">= 1"),
+            "save_steps": (non_negative, ">= 0 (0: save only at the end)"),
+            "save_total_limit": (non_negative, ">= 0 (0: keep every checkpoint)"),
+            "threads": (non_negative, ">= 0"),
+            "lora_r": (at_least_one, ">= 1"),
+            "lora_alpha": (positive, "> 0"),
+            "lora_dropout": (lambda v: 0 <= v < 1, "in [0, 1)"),
+            "eval_steps": (non_negative, ">= 0"),
+            "eval_samples": (non_negative, ">= 0"),
+        })
+
+
+@checked
+@dataclass
+class GRPOConfig(TrainConfig):
+    """GRPO: sample a group per prompt, score it, group-relative advantages, clipped update."""
+
+    output_dir: str = "runs/grpo"
+    """Run directory: metrics, config, checkpoints and the final model go here."""
+    task: Optional[str] = None
+    """A registered task (dataset, prompt format and rewards in one name), e.g. arithmetic, gsm8k."""
+    dataset: Optional[str] = None
+    """Training data as a JSONL file with a prompt column (overrides the task's data)."""
+    prompt_column: str = "prompt"
+    """Column holding the prompt (a string or a list of chat messages)."""
+    reward_funcs: list[str] = field(default_factory=list)
+    """Reward names from aha.rewards (math, format, ...) or module:function (overrides the task's)."""
+    reward_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Per-reward constructor arguments, e.g. {math: {answer_column: gold}}."""
+    reward_weights: Optional[list[float]] = None
+    """Weight of each reward function in the sum (default: all 1)."""
+    num_generations: int = 8
+    """Completions sampled per prompt (the group size G)."""
+    generation_batch_size: Optional[int] = None
+    """Completions per step, B*G (default: per_device_train_batch_size * gradient_accumulation_steps)."""
+    max_completion_length: int = 256
+    """Most tokens generated per completion."""
+    temperature: float = 1.0
+    """Sampling temperature (also divides the logits when computing log-probabilities)."""
+    top_p: float = 1.0
+    """Nucleus sampling mass."""
+    top_k: int = 0
+    """Top-k sampling (0: off)."""
+    num_iterations: int = 1
+    """Passes over each generated batch (mu); >1 reuses samples and needs old log-probs."""
+    beta: float = 0.0
+    """Weight of the KL penalty to the reference model (0: no reference model at all)."""
+    kl_estimator: str = "k3"
+    """KL estimator: k1, k2 or k3."""
+    epsilon: float = 0.2
+    """Lower clip range: ratio >= 1 - epsilon."""
+    epsilon_high: Optional[float] = None
+    """Upper clip range (clip-higher, DAPO); None = epsilon."""
+    delta: Optional[float] = None
+    """Cap on the unclipped ratio (two-sided clipping); None = off."""
+    importance_sampling_level: Literal["token", "sequence"] = "token"
+    """token: PPO/GRPO ratios; sequence: GSPO's geometric-mean sequence ratio."""
+    advantage_estimator: str = "grpo"
+    """grpo (group std), dr_grpo (no std), batch (batch std, REINFORCE++), rloo (leave-one-out)."""
+    loss_type: str = "dapo"
+    """Loss aggregation: grpo (per-sequence mean), dapo (batch token mean), dr_grpo (fixed length)."""
+    mask_truncated_completions: bool = False
+    """Leave completions that hit max_completion_length out of the loss."""
+    skip_zero_advantage: bool = True
+    """With beta=0, skip forward/backward for sequences whose advantage is exactly 0 (same result)."""
+    log_completions_steps: int = 10
+    """Log sample completions with their rewards every this many steps (0: never)."""
+    num_completions_to_print: int = 2
+    """How many completions to print when logging them."""
+    generation_max_batch: int = 512
+    """Most sequences decoded at once."""
+
+    def __post_init__(self):
+        super().__post_init__()
+        require_all(self, {
+            "max_steps": (at_least_one, ">= 1"),
+            "num_generations": (lambda v: v >= 2, ">= 2 for group-relative advantages"),
+            "max_completion_length": (at_least_one, ">= 1"),
+            "temperature": (finite(positive), "> 0 (GRPO samples from the policy and divides its logits by the "
+                                              "temperature; greedy decoding is for `aha eval`)"),
+            "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"),
+            "top_k": (non_negative, ">= 0 (0: off)"),
+            "num_iterations": (at_least_one, ">= 1"),
+            "beta": (finite(non_negative), ">= 0"),
+            "epsilon": (lambda v: 0 < v < 1, "in (0, 1)"),
+            "epsilon_high": (lambda v: v is None or v > 0, "> 0 or null"),
+            "delta": (lambda v: v is None or v > 1, "> 1 or null"),
+            "generation_max_batch": (at_least_one, ">= 1"),
+            "log_completions_steps": (non_negative, ">= 0"),
+            "num_completions_to_print": (non_negative, ">= 0"),
+        })
+        G, micro, accum = self.num_generations, self.per_device_train_batch_size, self.gradient_accumulation_steps
+        if self.generation_batch_size is None:
+            self.generation_batch_size = micro * accum
+        N = self.generation_batch_size
+        if N % G:
+            raise ConfigError(f"generation_batch_size {N} (= per_device_train_batch_size * "
+                              f"gradient_accumulation_steps unless set) must be divisible by "
+                              f"num_generations {G}")
+        if N % (micro * accum):
+            raise ConfigError(f"generation_batch_size {N} must be divisible by "
+                              f"per_device_train_batch_size * gradient_accumulation_steps = {micro * accum}")
+        if self.reward_weights is not None and self.reward_funcs and \
+                len(self.reward_weights) != len(self.reward_funcs):
+            raise ConfigError(f"{len(self.reward_weights)} reward_weights for "
+                              f"{len(self.reward_funcs)} reward_funcs")
+        from .. import algos  # unknown names fail here, before any model is loaded
+        algos.get_advantage(self.advantage_estimator)
+        algos.get_aggregation(self.loss_type)
+        algos.get_kl(self.kl_estimator)
+        algos.get_ratio(self.importance_sampling_level)
+
+    @property
+    def prompts_per_step(self) -> int:
+        """B: distinct prompts sampled each step."""
+        return self.generation_batch_size // self.num_generations
+
+    @property
+    def optimizer_steps(self) -> int:
+        """Optimizer steps in the whole run: per step, num_iterations passes over N / (micro * accum) minibatches."""
+        minibatch = self.per_device_train_batch_size * self.gradient_accumulation_steps
+        return self.max_steps * self.num_iterations * (self.generation_batch_size // minibatch)
+
+
+@checked
+@dataclass
+class SFTConfig(TrainConfig):
+    """Supervised fine-tuning on prompt/completion pairs or chat messages (loss on completions)."""
+
+    output_dir: str = "runs/sft"
+    """Run directory: metrics, config, checkpoints and the final model go here."""
+    task: Optional[str] = None
+    """A registered task whose worked solutions are the training data."""
+    dataset: Optional[str] = None
+    """JSONL with prompt/completion columns or a messages column (overrides the task's data)."""
+    prompt_column: str = "prompt"
+    """Column holding the prompt (string or chat messages)."""
+    completion_column: str = "completion"
+    """Column holding the target completion."""
+    messages_column: str = "messages"
+    """Column holding a whole conversation (used when the prompt column is absent)."""
+    learning_rate: float = 1e-4
+    """Peak learning rate of AdamW."""
+    num_train_epochs: float = 1.0
+    """Epochs over the data when max_steps is 0."""
+    max_steps: int = 0
+    """Optimizer steps (0: derived from num_train_epochs)."""
+    max_length: int = 1024
+    """Longest prompt+completion in tokens; longer examples are an error, not silently cut."""
+    eval_samples: int = 100
+    """Held-out prompts evaluated at the end (needs a task; 0 disables)."""
+
+    def __post_init__(self):
+        super().__post_init__()
+        require_all(self, {"num_train_epochs": (finite(positive), "> 0"), "max_length": (at_least_one, ">= 1")})
+
+
+
+@dataclass
+class GenerationConfig:
+    """What evaluation and rejection sampling share: a model, a task's split, and how to decode."""
+
+    model: str = ""
+    """Model directory, cached hub id or known short name."""
+    task: str = "arithmetic"
+    """Registered task name (arithmetic, chat_add, gsm8k, math500, humaneval, ...) or jsonl:PATH."""
+    split: str = "test"
+    """Which split to draw prompts from."""
+    temperature: float = 0.7
+    """Sampling temperature (0: greedy)."""
+    top_p: float = 1.0
+    """Nucleus mass."""
+    max_new_tokens: Optional[int] = None
+    """Generation budget (default: the task's)."""
+    batch_size: int = 256
+    """Most sequences decoded at once."""
+    seed: int = 0
+    """Seed for sampling."""
+    dtype: DType = "float32"
+    """Weights dtype."""
+    threads: int = 0
+    """torch CPU threads (0: torch's default)."""
+    progress_bar: bool = True
+    """Show a progress bar."""
+
+    def __post_init__(self):
+        require_all(self, {
+            "temperature": (finite(non_negative), ">= 0"),
+            "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"),
+            "max_new_tokens": (lambda v: v is None or v >= 1, ">= 1 or null"),
+            "batch_size": (at_least_one, ">= 1"),
+            "threads": (non_negative, ">= 0"),
+        })
+
+
+@checked
+@dataclass
+class EvalConfig(GenerationConfig):
+    """Greedy accuracy, sampled pass@k and maj@k on a task's split."""
+
+    num_problems: int = 0
+    """Evaluate the first this many problems (0: all)."""
+    k: list[int] = field(default_factory=lambda: [1])
+    """pass@k and maj@k for each k (needs n_samples >= max k)."""
+    n_samples: int = 0
+    """Sampled completions per problem for pass@k/maj@k (0: greedy only)."""
+    output_dir: Optional[str] = None
+    """Write results.json, results.md and per_problem.jsonl here."""
+
+    def __post_init__(self):
+        super().__post_init__()
+        require_all(self, {"num_problems": (non_negative, ">= 0"), "n_samples": (non_negative, ">= 0"),
+                           "k": (lambda v: len(v) > 0 and min(v) >= 1, "a non-empty list of integers >= 1")})
+        if not self.n_samples and max(self.k) > 1:
+            raise ConfigError(f"k={self.k} needs sampled completions: set n_samples >= {max(self.k)} "
+                              "(n_samples=0 evaluates greedy decoding only)")
+        if self.n_samples and max(self.k) > self.n_samples:
+            raise ConfigError(f"k={max(self.k)} is larger than n_samples={self.n_samples}: "
+                              "pass@k needs at least k samples per problem")
+
+
+@checked
+@dataclass
+class SampleConfig(GenerationConfig):
+    """Rejection sampling: n completions per prompt, the verified ones written as SFT data."""
+
+    split: str = "train"
+    """Split to draw prompts from."""
+    temperature: float = 1.0
+    """Sampling temperature."""
+    num_prompts: int = 0
+    """Prompts to sample (0: the whole split)."""
+    prompts_offset: int = 0
+    """Skip this many prompts first (e.g. the ones already used for SFT)."""
+    n: int = 8
+    """Completions generated per prompt."""
+    keep: Literal["best", "all_correct", "shortest_correct"] = "best"
+    """best: the highest-reward verified completion; all_correct: every distinct verified one;
+    shortest_correct: the shortest verified one."""
+    mix_dataset: Optional[str] = None
+    """A JSONL of prompt/completion rows to mix into the output."""
+    mix_ratio: float = 0.0
+    """Fraction of the output rows taken from mix_dataset."""
+    output_dir: str = "runs/sample"
+    """data.jsonl, stats.json and per_prompt.jsonl go here."""
+
+    def __post_init__(self):
+        super().__post_init__()
+        require_all(self, {"n": (at_least_one, ">= 1"), "num_prompts": (non_negative, ">= 0"),
+                           "prompts_offset": (non_negative, ">= 0"),
+                           "mix_ratio": (lambda v: 0.0 <= v < 1.0, "in [0, 1)")})
+        if self.mix_ratio > 0 and not self.mix_dataset:
+            raise ConfigError("mix_ratio > 0 needs mix_dataset")
+
+
+@checked
+@dataclass
+class TinyConfig:
+    """A small Llama-layout model built in code, its tokenizer trained on a task's text."""
+
+    output_dir: str = "runs/tiny"
+    """The model directory written."""
+    task: str = "arithmetic"
+    """Task whose training text the tokenizer is fitted on."""
+    size: str = "small"
+    """Named model size from aha.models.tiny."""
+    seed: int = 0
+    """Seed for the weights."""
+
+
+@checked
+@dataclass
+class DemoConfig:
+    """The embedded default: tiny model, cold-start SFT, GRPO, before/after table."""
+
+    output_dir: str = "runs/demo"
+    """Where the models, metrics, plot and summary go."""
+    seed: int = 0
+    """Seed for the data, the model and training."""
+    size: str = "small"
+    """Named model size from aha.models.tiny."""
+    threads: int = 1
+    """torch CPU threads (1: these tiny models are bound by per-op overhead, and one thread is
+    immune to oversubscription when the machine is shared)."""
+    sft_examples: int = 2000
+    """Worked solutions used for the cold start (a small set keeps the model imperfect)."""
+    sft_steps: int = 200
+    """SFT optimizer steps."""
+    sft_lr: float = 3e-3
+    """SFT learning rate."""
+    sft_batch: int = 32
+    """SFT batch size."""
+    grpo_steps: int = 60
+    """GRPO steps."""
+    grpo_lr: float = 5e-4
+    """GRPO learning rate."""
+    prompts_per_step: int = 32
+    """Prompts per GRPO step (B)."""
+    num_generations: int = 8
+    """Completions per prompt (G)."""
+    eval_problems: int = 200
+    """Held-out problems for the before/after table (never seen in training)."""
+    eval_every: int = 15
+    """Evaluate held-out accuracy every this many GRPO steps (for the plot)."""
+    eval_during: int = 100
+    """Held-out problems used for the in-training curve."""
+    progress_bar: bool = True
+    """Show progress bars."""

@@ -1,0 +1,7 @@
+"""Models: load, set up and save (load.py), the offline zoo of known models (zoo.py), tiny models built in code (tiny.py)."""
+
+from .load import (DTYPES, context_length, ensure_pad_token, eos_ids, load_model, load_tokenizer, save_model,
+                   setup_model)
+
+__all__ = ["DTYPES", "context_length", "ensure_pad_token", "eos_ids", "load_model", "load_tokenizer", "save_model",
+           "setup_model"]

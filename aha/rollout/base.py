@@ -1,0 +1,46 @@
+"""What every generation engine takes and returns, and the interface the trainer (and rollout workers) use."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import torch
+
+
+@dataclass
+class SamplingParams:
+    temperature: float = 1.0
+    """0 means greedy decoding."""
+    top_p: float = 1.0
+    top_k: int = 0
+    """0 disables top-k."""
+    max_new_tokens: int = 256
+
+
+@dataclass
+class Rollout:
+    """Completions for prompts repeated n times, prompt-major: rows i*n .. i*n+n-1 share prompt i."""
+
+    completion_ids: list[list[int]]
+    """Generated tokens, ending with the EOS token when the model stopped on its own."""
+    truncated: list[bool]
+    """True when the completion hit max_new_tokens without an EOS."""
+    version: int = 0
+    """Weight version the engine sampled with (see Engine.update_weights)."""
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """A generation engine: token ids in, a Rollout out. HFEngine implements it in-process; another
+    engine (vLLM, a remote rollout worker) implements the same three members."""
+
+    version: int
+    """Weight version: 0 at start, set by each update_weights."""
+
+    def generate(self, prompt_ids: list[list[int]], n: int, params: SamplingParams,
+                 generator: torch.Generator | None = None) -> Rollout:
+        """n completions of each prompt, prompt-major."""
+
+    def update_weights(self, model, version: int) -> None:
+        """Sample from `model`'s current weights from now on, tagged `version`."""

@@ -1,0 +1,67 @@
+"""A task: a dataset, its prompt format and its verifiers under one name (`task=NAME`), and the registry."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass
+class Task:
+    name: str
+    load: Callable[..., list[dict]]
+    """load(split, n=None, seed=0): ("train" or "test") -> rows with a `prompt` and the columns the verifiers read."""
+    rewards: Callable[[], list]
+    """Fresh reward functions for training (TRL signature)."""
+    correct: Callable[[], Callable]
+    """A reward function whose value 1.0 means the answer is right (accuracy, pass@k)."""
+    extract: Callable[[str], str | None] | None = None
+    """Pulls the final answer out of a completion, for majority voting (maj@k)."""
+    reward_weights: list[float] | None = None
+    """Weight of each of `rewards()` in the sum (None: all 1)."""
+    max_completion_length: int = 256
+    """Default generation budget for this task."""
+    splits: tuple[str, ...] = ("train", "test")
+    description: str = ""
+    """One line for `--help` and listings."""
+
+
+TASKS: dict[str, Task] = {}
+
+
+def register_task(task: Task) -> Task:
+    TASKS[task.name] = task
+    return task
+
+
+def split_of(key: str, test_percent: int = 10) -> str:
+    """"test" for about `test_percent`% of keys, fixed by a hash of the text (not by a seed), so train and
+    test never overlap whatever the seed. Example: split_of("3+4") is the same on every machine and run."""
+    h = int(hashlib.sha1(key.encode()).hexdigest()[:8], 16)
+    return "test" if h % 100 < test_percent else "train"
+
+
+def check_split(name: str, split: str, splits: tuple[str, ...]) -> None:
+    if split not in splits:
+        raise ValueError(f"task '{name}' has no split '{split}'; valid: {list(splits)}")
+
+
+def math_answer_reward():
+    """`math_reward` (final answer right -> 1.0), imported on first use so that tasks load without the verifiers."""
+    from ..rewards import math_reward
+    return math_reward
+
+
+def extract_math_answer(text: str) -> str | None:
+    """The final answer of a completion (<answer>, \\boxed{}, last number), for maj@k."""
+    from ..rewards import extract_answer
+    return extract_answer(text)
+
+
+def task_corpus(rows: list[dict]) -> list[str]:
+    """The text a tokenizer for a tiny model is fitted on: every question and worked solution, and
+    every chat message of the first prompt (so the template's words are in the vocabulary)."""
+    texts = [f"{r.get('question', '')} {r.get('completion', '')}" for r in rows]
+    prompt = rows[0]["prompt"] if rows else ""
+    return texts + ([m["content"] for m in prompt] if isinstance(prompt, list) else [str(prompt)])

@@ -1,0 +1,74 @@
+"""pass@k / maj@k arithmetic and `aha eval` end to end."""
+
+import itertools
+import json
+from math import comb
+
+import pytest
+
+from aha.cli import main
+from aha.config import EvalConfig
+from aha.eval import majority_correct, pass_at_k
+
+
+def test_pass_at_k_by_hand():
+    assert pass_at_k(4, 1, 2) == pytest.approx(0.5)       # 1 - C(3,2)/C(4,2) = 1 - 3/6
+    assert pass_at_k(5, 0, 3) == 0.0
+    assert pass_at_k(5, 5, 1) == 1.0
+    assert pass_at_k(10, 3, 1) == pytest.approx(0.3)      # pass@1 is the plain success rate
+    with pytest.raises(ValueError, match="pass@6 needs at least 6 samples"):
+        pass_at_k(5, 1, 6)
+
+
+def test_pass_at_k_matches_brute_force_enumeration():
+    for n, c, k in itertools.product(range(1, 7), range(0, 7), range(1, 7)):
+        if c > n or k > n:
+            continue
+        right = [True] * c + [False] * (n - c)
+        subsets = list(itertools.combinations(range(n), k))
+        brute = sum(any(right[i] for i in s) for s in subsets) / comb(n, k)
+        assert pass_at_k(n, c, k) == pytest.approx(brute, abs=1e-12)
+
+
+def test_majority_vote():
+    assert majority_correct(["3", "4", "3", None], [True, False, True, False]) is True
+    assert majority_correct(["4", "3", "4", "3"], [False, True, False, True]) is False  # tie: first seen wins
+    assert majority_correct([None, None], [True, True]) is False
+
+
+def test_eval_bad_input(tmp_path, capsys):
+    assert main(["eval", str(tmp_path), "--task", "arithmetic"]) == 2
+    assert "is a directory but not a model directory (it has no config.json)" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="k=8 is larger than n_samples=4"):
+        EvalConfig(model="x", k=[1, 8], n_samples=4)
+    with pytest.raises(ValueError, match=r"k=\[1, 8\] needs sampled completions: set n_samples >= 8"):
+        EvalConfig(model="x", k=[1, 8])  # without n_samples the k would be silently ignored
+
+
+def test_eval_unknown_task(tiny_dir, capsys):
+    assert main(["eval", tiny_dir, "--task", "arithmetik"]) == 2
+    assert "unknown task 'arithmetik'" in capsys.readouterr().err
+
+
+def test_eval_end_to_end_writes_results(tiny_dir, tmp_path):
+    out = tmp_path / "ev"
+    assert main(["eval", tiny_dir, "--task", "arithmetic", "--num_problems", "6", "--n_samples", "4",
+                 "k=[1,4]", f"output_dir={out}", "progress_bar=false"]) == 0
+    res = json.loads((out / "results.json").read_text())["summary"]
+    for key in ("accuracy", "format_frac", "len_mean", "pass@1", "pass@4", "maj@4"):
+        assert 0.0 <= res[key] <= 48.0, key
+    assert res["num_problems"] == 6 and res["pass@4"] >= res["pass@1"]
+    rows = [json.loads(line) for line in (out / "per_problem.jsonl").read_text().splitlines()]
+    assert len(rows) == 6 and all("samples_correct" in r for r in rows)
+    assert (out / "results.md").read_text().startswith("### arithmetic")
+
+
+def test_eval_on_gsm8k_with_a_tiny_random_model(tiny_dir, tmp_path):
+    """The benchmark path end to end: real GSM8K rows, a random model, accuracy near 0 expected."""
+    out = tmp_path / "gsm"
+    assert main(["eval", tiny_dir, "--task", "gsm8k", "--num_problems", "4", "--max_new_tokens", "16",
+                 f"output_dir={out}", "progress_bar=false"]) == 0
+    res = json.loads((out / "results.json").read_text())["summary"]
+    assert res["task"] == "gsm8k" and res["num_problems"] == 4 and 0.0 <= res["accuracy"] <= 0.25
+    ids = [json.loads(line)["id"] for line in (out / "per_problem.jsonl").read_text().splitlines()]
+    assert len(set(ids)) == 4

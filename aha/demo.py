@@ -17,7 +17,6 @@ def run_demo(cfg: DemoConfig) -> dict:
     import torch
 
     from .eval import evaluate, make_eval_fn
-    from .metrics import plot_metrics
     from .models import load_model, load_tokenizer
     from .models.tiny import make_tiny
     from .tasks import get_task, task_corpus
@@ -68,6 +67,12 @@ def run_demo(cfg: DemoConfig) -> dict:
     after = held_out(grpo_dir)
 
     # 4. what a person looks at: table, plot, summary
+    return report(out, before, after, len(test), cfg, grpo_dir, time.perf_counter() - t0)
+
+
+def report(out: Path, before: dict, after: dict, n_test: int, cfg: DemoConfig, grpo_dir: Path, seconds: float) -> dict:
+    """summary.json, results.md and demo.png in `out`; the table printed."""
+    from .metrics import plot_metrics
     plot = plot_metrics(out / "grpo" / "metrics.jsonl",
                         ["reward/mean", "eval/accuracy", "completion/len_mean", "perf/step_s"],
                         out / "demo.png", title="GRPO on column addition (held-out accuracy in eval/)")
@@ -75,8 +80,8 @@ def run_demo(cfg: DemoConfig) -> dict:
                "gain_points": 100 * (after["accuracy"] - before["accuracy"]),
                "sft_format_frac": before["format_frac"], "grpo_format_frac": after["format_frac"],
                "sft_len_mean": before["len_mean"], "grpo_len_mean": after["len_mean"],
-               "eval_problems": len(test), "sft_steps": cfg.sft_steps, "steps": cfg.grpo_steps,
-               "seconds": round(time.perf_counter() - t0, 1),
+               "eval_problems": n_test, "sft_steps": cfg.sft_steps, "steps": cfg.grpo_steps,
+               "seconds": round(seconds, 1),
                "model_dir": str(grpo_dir), "plot": str(plot)}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     table = (f"| model | held-out greedy accuracy | format | mean length |\n|---|---|---|---|\n"

@@ -60,7 +60,7 @@ def main() -> None:
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     from vs_trl import build_model, prompts as make_prompts
-    from aha.train.grpo import GRPOTrainer
+    from aha.train.grpo import GRPOBatch, GRPOTrainer
     from aha.config import GRPOConfig
 
     tmp = tempfile.mkdtemp(prefix="aha_ablations_")
@@ -133,16 +133,19 @@ def main() -> None:
     keep = torch.ones(64, dtype=torch.bool)
     state = {k: v.clone() for k, v in model.state_dict().items()}
 
+    batch = GRPOBatch(rows=[{"prompt": ""}] * 8, prompt_ids=P, completion_ids=C, texts=[""] * 64,
+                      truncated=~keep, rewards_per_func=adv[:, None], rewards=adv, advantages=adv, version=0)
+
     def update(skip):
         def run():
             trainer.args.skip_zero_advantage = skip
-            trainer._update(P, C, adv, keep)
+            trainer.update(batch)
             model.load_state_dict(state)  # every timed update starts from the same weights
         return run
 
     compare("skip_zero_adv", update(False), update(True), a.repeats, rows)
     trainer.args.skip_zero_advantage = True
-    compare("no_old_logprobs", lambda: (trainer._frozen_logprobs(P, C, reference=False), update(True)()),
+    compare("no_old_logprobs", lambda: (trainer._frozen_logprobs(batch, reference=False), update(True)()),
             update(True), a.repeats, rows)
 
     print("\n| feature | off (s) | on (s) | speed-up |\n|---|---|---|---|")

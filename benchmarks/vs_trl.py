@@ -198,7 +198,10 @@ def run_aha(model_dir: str, steps: int, lr: float, seed: int, threads: int, out_
         vocab, eos = trainer.model.config.vocab_size, trainer.tokenizer.eos_token_id
 
         class ScriptedEngine:
-            calls = 0
+            calls, version = 0, 0
+
+            def update_weights(self, model, version):
+                self.version = version
 
             def generate(self, prompt_ids, n, params, generator=None):
                 comps = [c for p in prompt_ids for c in scripted_completions(p, self.calls, n, vocab, eos)]

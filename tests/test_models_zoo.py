@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from aha import zoo
+from aha.models import zoo
 
 NAME = "smollm2-135m-instruct"
 

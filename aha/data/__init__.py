@@ -16,8 +16,13 @@ def read_jsonl(path: str | Path) -> list[dict]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"dataset file not found: {path}")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        line = path.read_bytes()[:e.start].count(b"\n") + 1
+        raise ValueError(f"{path}:{line}: not UTF-8 text (byte {e.object[e.start]:#x} at offset {e.start})") from None
     rows = []
-    for i, line in enumerate(path.read_text().splitlines(), 1):
+    for i, line in enumerate(text.splitlines(), 1):
         if line.strip():
             try:
                 rows.append(json.loads(line))
@@ -46,6 +51,9 @@ def load_rows(dataset, prompt_column: str | None = "prompt", required: tuple[str
         rows = read_jsonl(dataset)
     elif isinstance(dataset, list):
         rows = dataset
+    elif isinstance(getattr(dataset, "column_names", None), dict):  # datasets.DatasetDict: a split was forgotten
+        raise ValueError(f"the dataset has splits {sorted(dataset.column_names)}: pass one, e.g. dataset['train'] "
+                         "or load_dataset(..., split='train')")
     elif hasattr(dataset, "column_names") and hasattr(dataset, "__getitem__"):  # datasets.Dataset
         rows = [dict(r) for r in dataset]
     else:
@@ -53,10 +61,20 @@ def load_rows(dataset, prompt_column: str | None = "prompt", required: tuple[str
                         "use a datasets.Dataset, a list of dicts or a JSONL path")
     if len(rows) == 0:
         raise ValueError("the training dataset is empty")
+    for i, r in enumerate(rows):
+        if not isinstance(r, dict):
+            raise ValueError(f"dataset row {i} is a {type(r).__name__}, not a mapping of column -> value: {r!r:.60}")
     for col in ((prompt_column,) if prompt_column else ()) + tuple(required):
         for i, r in enumerate(rows):
             if col not in r:
                 raise ValueError(f"dataset row {i} has no '{col}' column; its columns: {sorted(r)}")
+    for i, r in enumerate(rows if prompt_column else ()):
+        prompt = r[prompt_column]
+        if not (isinstance(prompt, str) or is_conversational(prompt)):
+            raise ValueError(f"dataset row {i}: '{prompt_column}' must be a string or a list of chat messages, "
+                             f"got {type(prompt).__name__} {prompt!r:.60}")
+        if not prompt:
+            raise ValueError(f"dataset row {i}: '{prompt_column}' is empty")
     if prompt_column not in (None, "prompt"):
         rows = [{**r, "prompt": r[prompt_column]} for r in rows]
     return rows

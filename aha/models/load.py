@@ -8,6 +8,8 @@ from pathlib import Path
 
 import torch
 
+from .tokens import ensure_pad_token
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -25,13 +27,6 @@ def load_tokenizer(name_or_path: str):
     return tok
 
 
-def ensure_pad_token(tokenizer):
-    """Batches need a pad id; a model released without one pads with EOS (the padding is masked out)."""
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return tokenizer
-
-
 def load_model(name_or_path: str, dtype: str = "float32", attn_implementation: str | None = None,
                gradient_checkpointing: bool = False, device: str | None = None):
     """A transformers causal LM, on `device` (default: CUDA when present, else CPU)."""
@@ -47,15 +42,6 @@ def load_model(name_or_path: str, dtype: str = "float32", attn_implementation: s
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False  # generation passes use_cache=True explicitly
     return model
-
-
-def eos_ids(model, tokenizer) -> list[int]:
-    """Every token that ends a completion: the tokenizer's EOS and the generation config's."""
-    ids = {tokenizer.eos_token_id}
-    gen = getattr(model, "generation_config", None)
-    extra = getattr(gen, "eos_token_id", None) if gen is not None else None
-    ids.update(extra if isinstance(extra, (list, tuple)) else [extra])
-    return sorted(i for i in ids if i is not None)
 
 
 def context_length(model) -> int | None:

@@ -238,7 +238,7 @@ def _convert(entry: ZooModel, gguf_path: Path, out: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from .load import ensure_pad_token
+    from .tokens import ensure_pad_token
     src, file_name = str(gguf_path.parent), gguf_path.name
     tok = AutoTokenizer.from_pretrained(src, gguf_file=file_name)
     if not tok.chat_template:

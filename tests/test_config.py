@@ -112,3 +112,49 @@ def test_effective_config_is_saved(tiny_dir, tmp_path):
     t.train()
     saved = yaml.safe_load((tmp_path / "config.yaml").read_text())
     assert saved["beta"] == 0.5 and saved["generation_batch_size"] == 8
+
+
+@pytest.mark.parametrize("kw, msg", [
+    (dict(temperature=0), r"temperature must be > 0"),
+    (dict(temperature=-1), r"temperature must be > 0"),
+    (dict(top_p=0), r"top_p must be in \(0, 1\]"),
+    (dict(max_completion_length=0), r"max_completion_length must be >= 1"),
+    (dict(max_steps=0), r"max_steps must be >= 1"),
+    (dict(max_steps=-3), r"max_steps must be >= 0"),
+    (dict(save_steps=-1), r"save_steps must be >= 0"),
+    (dict(learning_rate=-1), r"learning_rate must be >= 0, got -1.0"),
+    (dict(learning_rate=float("nan")), r"learning_rate must be >= 0"),
+    (dict(beta=-0.1), r"beta must be >= 0"),
+    (dict(epsilon=0), r"epsilon must be in \(0, 1\)"),
+    (dict(report_to="wandbb"), r"report_to: 'wandbb' is not one of"),
+    (dict(dtype="bf16"), r"dtype: 'bf16' is not one of"),
+    (dict(lr_scheduler_type="cosin"), r"lr_scheduler_type: 'cosin' is not one of"),
+    (dict(importance_sampling_level="seq"), r"importance_sampling_level: 'seq' is not one of"),
+])
+def test_out_of_range_values_are_refused_with_the_key_named(kw, msg):
+    with pytest.raises(ConfigError, match=msg):
+        GRPOConfig(**kw)
+    key, value = next(iter(kw.items()))
+    if value == value:  # the command line refuses the same value the same way
+        with pytest.raises(ConfigError, match=msg.split(",")[0]):
+            parse_args(GRPOConfig, [f"{key}={value}"])
+
+
+def test_python_values_are_coerced_like_the_command_line():
+    cfg = GRPOConfig(report_to="none", learning_rate="1e-5", num_generations=4.0, per_device_train_batch_size=8)
+    assert cfg.report_to == ["none"] and cfg.learning_rate == 1e-5 and cfg.num_generations == 4
+    assert cfg == parse_args(GRPOConfig, ["report_to=none", "learning_rate=1e-5", "num_generations=4",
+                                          "per_device_train_batch_size=8"])
+
+
+def test_derived_values_are_computed_once_in_the_config():
+    cfg = GRPOConfig(num_generations=4, per_device_train_batch_size=4, gradient_accumulation_steps=2,
+                     generation_batch_size=16, num_iterations=2, max_steps=10)
+    # 10 steps x 2 passes x (16 completions / (4 x 2) per optimizer step) = 40 optimizer steps
+    assert cfg.prompts_per_step == 4 and cfg.optimizer_steps == 40
+
+
+def test_help_names_the_allowed_values():
+    text = help_text(GRPOConfig)
+    assert "dtype (one of float32, bfloat16, float16, default \"float32\")" in text
+    assert "epsilon_high (float or null, default null)" in text

@@ -171,7 +171,7 @@ def help_text(cls) -> str:
     for f in dataclasses.fields(cls):
         default = f.default if f.default is not dataclasses.MISSING else (
             f.default_factory() if f.default_factory is not dataclasses.MISSING else "required")
-        hint = getattr(hints[f.name], "__name__", None) or str(hints[f.name]).replace("typing.", "")
+        hint = _type_name(hints[f.name])
         lines.append(f"  {f.name} ({hint}, default {json.dumps(default, default=str)})")
         lines.append(f"      {docs.get(f.name, '')}")
     return "\n".join(lines)

@@ -95,7 +95,7 @@ class TrainConfig:
     """Seed for data order, sampling and initialisation."""
     logging_steps: int = 1
     """Write metrics every this many steps."""
-    report_to: list[str] = field(default_factory=lambda: ["jsonl", "tensorboard"])
+    report_to: list[Literal["jsonl", "tensorboard", "none"]] = field(default_factory=lambda: ["jsonl", "tensorboard"])
     """Metric sinks: jsonl, tensorboard (both write into output_dir)."""
     save_steps: int = 0
     """Checkpoint every this many steps (0: only at the end)."""

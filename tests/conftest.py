@@ -8,8 +8,8 @@ torch.set_num_threads(2)
 
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory):
-    from aha.tasks.arithmetic import make_addition
     from aha.models.tiny import make_tiny
-    rows = make_addition("train", 300, seed=0)
-    texts = [r["question"] + " " + r["completion"] for r in rows] + ["count the letters: aaa bbb"]
+    from aha.tasks import task_corpus
+    from aha.tasks.arithmetic import make_addition
+    texts = task_corpus(make_addition("train", 300, seed=0)) + ["count the letters: aaa bbb"]
     return str(make_tiny(tmp_path_factory.mktemp("tiny") / "model", texts, size="tiny", seed=0))

@@ -45,8 +45,8 @@ def run_demo(cfg: DemoConfig) -> dict:
 
     def held_out(model_dir: Path) -> dict:
         model, tok = load_model(str(model_dir)), load_tokenizer(str(model_dir))
-        summary, _ = evaluate(model, tok, task, test, progress=cfg.progress_bar)
-        return summary
+        summary, records = evaluate(model, tok, task, test, progress=cfg.progress_bar)
+        return {**summary, "correct": [float(r["greedy_correct"]) for r in records]}
 
     before = held_out(sft_dir)
 
@@ -73,20 +73,28 @@ def run_demo(cfg: DemoConfig) -> dict:
 def report(out: Path, before: dict, after: dict, n_test: int, cfg: DemoConfig, grpo_dir: Path, seconds: float) -> dict:
     """summary.json, results.md and demo.png in `out`; the table printed."""
     from .metrics import plot_metrics
+    from .stats import is_gain, paired_gain
+    gain, gain_ci = paired_gain(before["correct"], after["correct"], seed=cfg.seed)
     plot = plot_metrics(out / "grpo" / "metrics.jsonl",
                         ["reward/mean", "eval/accuracy", "completion/len_mean", "perf/step_s"],
                         out / "demo.png", title="GRPO on column addition (held-out accuracy in eval/)")
-    summary = {"sft_accuracy": before["accuracy"], "grpo_accuracy": after["accuracy"],
-               "gain_points": 100 * (after["accuracy"] - before["accuracy"]),
+    summary = {"sft_accuracy": before["accuracy"], "sft_accuracy_ci95": before["accuracy_ci95"],
+               "grpo_accuracy": after["accuracy"], "grpo_accuracy_ci95": after["accuracy_ci95"],
+               "gain_points": 100 * gain, "gain_points_ci95": [100 * gain_ci[0], 100 * gain_ci[1]],
+               "gain_significant": is_gain(gain_ci),
                "sft_format_frac": before["format_frac"], "grpo_format_frac": after["format_frac"],
                "sft_len_mean": before["len_mean"], "grpo_len_mean": after["len_mean"],
                "eval_problems": n_test, "sft_steps": cfg.sft_steps, "steps": cfg.grpo_steps,
                "seconds": round(seconds, 1),
                "model_dir": str(grpo_dir), "plot": str(plot)}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    table = (f"| model | held-out greedy accuracy | format | mean length |\n|---|---|---|---|\n"
-             f"| SFT (cold start) | {before['accuracy']:.1%} | {before['format_frac']:.1%} | {before['len_mean']:.1f} |\n"
-             f"| SFT + GRPO | {after['accuracy']:.1%} | {after['format_frac']:.1%} | {after['len_mean']:.1f} |\n")
+    ci = lambda r: f"{r['accuracy']:.1%} [{r['accuracy_ci95'][0]:.1%}, {r['accuracy_ci95'][1]:.1%}]"  # noqa: E731
+    table = (f"| model | held-out greedy accuracy [95% CI] | format | mean length |\n|---|---|---|---|\n"
+             f"| SFT (cold start) | {ci(before)} | {before['format_frac']:.1%} | {before['len_mean']:.1f} |\n"
+             f"| SFT + GRPO | {ci(after)} | {after['format_frac']:.1%} | {after['len_mean']:.1f} |\n\n"
+             f"GRPO gain: {100 * gain:+.1f} points, paired bootstrap 95% CI [{100 * gain_ci[0]:+.1f}, "
+             f"{100 * gain_ci[1]:+.1f}] over {n_test} problems"
+             f"{'' if is_gain(gain_ci) else ' (inside the noise: not a gain)'}\n")
     (out / "results.md").write_text(table)
     print("\n" + table)
     return summary

@@ -72,6 +72,7 @@ def evaluate(model, tokenizer, task: Task, rows: list[dict], k: list[int] = (1,)
     """(summary metrics, per-problem records) for `rows` of `task`."""
     from .rewards import format_reward
     from .rollout import SamplingParams
+    from .stats import bootstrap, wilson
     if n_samples and max(k) > n_samples:
         raise ValueError(f"k={max(k)} is larger than n_samples={n_samples}")
     t0 = time.perf_counter()
@@ -81,8 +82,8 @@ def evaluate(model, tokenizer, task: Task, rows: list[dict], k: list[int] = (1,)
                              batch_size, seed, "greedy", progress)
     ok = _score(task, verifier, rows, greedy, 1)
     fmt = _score(task, format_reward, rows, greedy, 1)
-    summary = {"accuracy": sum(ok) / len(rows), "format_frac": sum(fmt) / len(rows),
-               "len_mean": sum(glen) / len(glen), "num_problems": len(rows)}
+    summary = {"accuracy": sum(ok) / len(rows), "accuracy_ci95": list(wilson(sum(ok), len(rows))),
+               "format_frac": sum(fmt) / len(rows), "len_mean": sum(glen) / len(glen), "num_problems": len(rows)}
     records = [{"id": r.get("id", i), "answer": r.get("answer"), "greedy": g, "greedy_correct": c}
                for i, (r, g, c) in enumerate(zip(rows, greedy, ok))]
     if n_samples:
@@ -96,9 +97,12 @@ def evaluate(model, tokenizer, task: Task, rows: list[dict], k: list[int] = (1,)
                 answers = [task.extract(t) for t in texts[i * n_samples:(i + 1) * n_samples]]
                 rec["maj"] = {kk: majority_correct(answers[:kk], mine[:kk]) for kk in k}
         for kk in k:
-            summary[f"pass@{kk}"] = sum(pass_at_k(n_samples, r["samples_correct"], kk) for r in records) / len(rows)
+            per_problem = [pass_at_k(n_samples, r["samples_correct"], kk) for r in records]
+            summary[f"pass@{kk}"] = sum(per_problem) / len(rows)
+            summary[f"pass@{kk}_ci95"] = list(bootstrap(per_problem, seed=seed))
             if task.extract:
-                summary[f"maj@{kk}"] = sum(r["maj"][kk] for r in records) / len(rows)
+                wins = sum(r["maj"][kk] for r in records)
+                summary[f"maj@{kk}"], summary[f"maj@{kk}_ci95"] = wins / len(rows), list(wilson(wins, len(rows)))
         summary["n_samples"] = n_samples
     summary["seconds"] = time.perf_counter() - t0
     return summary, records
@@ -114,9 +118,16 @@ def make_eval_fn(task: Task, rows: list[dict], max_new_tokens: int | None = None
 
 
 def to_markdown(summary: dict, title: str) -> str:
-    keys = [k for k in summary if k not in ("seconds",)]
+    """One table row; a value with an interval (`X` and `X_ci95`) is shown as `0.420 [0.328, 0.518]`."""
+    keys = [k for k in summary if k != "seconds" and not k.endswith("_ci95")]
+
+    def cell(k):
+        v, ci = summary[k], summary.get(f"{k}_ci95")
+        text = f"{v:.3f}" if isinstance(v, float) else str(v)
+        return f"{text} [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else text
+
     head = "| " + " | ".join(keys) + " |\n|" + "---|" * len(keys) + "\n"
-    cells = [f"{v:.3f}" if isinstance(v, float) else str(v) for v in (summary[k] for k in keys)]
+    cells = [cell(k) for k in keys]
     return f"### {title}\n\n{head}| " + " | ".join(cells) + " |\n"
 
 

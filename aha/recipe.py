@@ -146,7 +146,8 @@ def run_recipe(path: str, overrides: list[str] | None = None) -> dict:
             if STAGES[kind].makes_model and ev:
                 summary = run_eval(EvalConfig(model=_output(stage_dir, kind), output_dir=str(stage_dir / "eval"),
                                               progress_bar=False, **ev))
-                record["eval"] = {k: summary[k] for k in ("accuracy", "format_frac", "len_mean") if k in summary}
+                record["eval"] = {k: summary[k] for k in ("accuracy", "accuracy_ci95", "format_frac", "len_mean")
+                                  if k in summary}
             done.write_text(json.dumps(record, indent=2))
         outputs[name] = _output(stage_dir, kind)
         if STAGES[kind].makes_model:
@@ -154,11 +155,12 @@ def run_recipe(path: str, overrides: list[str] | None = None) -> dict:
         table.append(record)
     summary = {"output_dir": str(root), "seconds": round(time.perf_counter() - t0, 1), "stages": table}
     (root / "summary.json").write_text(json.dumps(summary, indent=2))
-    md = ["| stage | type | held-out accuracy | format | mean length | seconds |", "|---|---|---|---|---|---|"]
+    md = ["| stage | type | held-out accuracy [95% CI] | format | mean length | seconds |", "|---|---|---|---|---|---|"]
     for r in table:
         e = r.get("eval") or ({"accuracy": r["result"].get("accuracy")} if r["type"] == "eval" else {})
         cell = lambda k, f: f.format(e[k]) if e.get(k) is not None else "–"  # noqa: E731
-        md.append(f"| {r['stage']} | {r['type']} | {cell('accuracy', '{:.1%}')} | {cell('format_frac', '{:.1%}')} "
+        acc = cell("accuracy", "{:.1%}") + (" [{:.1%}, {:.1%}]".format(*e["accuracy_ci95"]) if e.get("accuracy_ci95") else "")
+        md.append(f"| {r['stage']} | {r['type']} | {acc} | {cell('format_frac', '{:.1%}')} "
                   f"| {cell('len_mean', '{:.1f}')} | {r['seconds']} |")
     (root / "summary.md").write_text("\n".join(md) + "\n")
     print("\n".join(md))

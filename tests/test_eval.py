@@ -9,6 +9,7 @@ import pytest
 from aha.cli import main
 from aha.config import EvalConfig
 from aha.eval import majority_correct, pass_at_k
+from aha.stats import wilson
 
 
 def test_pass_at_k_by_hand():
@@ -61,6 +62,12 @@ def test_eval_end_to_end_writes_results(tiny_dir, tmp_path):
     rows = [json.loads(line) for line in (out / "per_problem.jsonl").read_text().splitlines()]
     assert len(rows) == 6 and all("samples_correct" in r for r in rows)
     assert (out / "results.md").read_text().startswith("### arithmetic")
+    # intervals: Wilson for the greedy accuracy, from the per-problem results; bootstrap brackets pass@k
+    right = sum(r["greedy_correct"] for r in rows)
+    assert res["accuracy"] == right / 6 and res["accuracy_ci95"] == list(wilson(right, 6))
+    for key in ("pass@1", "pass@4"):
+        lo, hi = res[f"{key}_ci95"]
+        assert 0.0 <= lo <= res[key] <= hi <= 1.0, key
 
 
 def test_eval_on_gsm8k_with_a_tiny_random_model(tiny_dir, tmp_path):

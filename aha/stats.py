@@ -1,0 +1,54 @@
+"""95% intervals for the accuracies aha reports: Wilson for a proportion, a bootstrap over problems otherwise.
+
+A gain is called a gain only when its interval excludes 0 (`is_gain`): on 200 problems a 5-point
+difference is inside the noise.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Callable, Sequence
+
+Z95 = 1.959964
+"""Standard normal quantile for a two-sided 95% interval."""
+BOOTSTRAP_SAMPLES = 2000
+"""Resamples per bootstrap interval: the 2.5% / 97.5% quantiles move by well under a point at this size."""
+
+
+def wilson(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval for a proportion.
+
+    Example: 42 of 100 -> (0.3280, 0.5179): centre (0.42 + 1.9207/100) / 1.038415 = 0.4230, half-width
+    1.96 * sqrt(0.42*0.58/100 + 0.9604/10000) / 1.038415 = 0.0950.
+    """
+    if n <= 0:
+        return (math.nan, math.nan)
+    p, z2 = successes / n, z * z
+    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def bootstrap(values: Sequence, statistic: Callable[[list], float] = None, seed: int = 0,
+              samples: int = BOOTSTRAP_SAMPLES) -> tuple[float, float]:
+    """Percentile 95% interval of `statistic` (default: the mean) over problems resampled with replacement."""
+    if not values:
+        return (math.nan, math.nan)
+    stat = statistic or (lambda xs: sum(xs) / len(xs))
+    rng = random.Random(seed)
+    draws = sorted(stat([values[rng.randrange(len(values))] for _ in values]) for _ in range(samples))
+    return (draws[int(0.025 * samples)], draws[min(samples - 1, int(0.975 * samples))])
+
+
+def paired_gain(before: Sequence[float], after: Sequence[float], seed: int = 0) -> tuple[float, tuple[float, float]]:
+    """Mean of after - before on the same problems, and its bootstrap 95% interval (paired: each problem
+    is resampled with both of its results, so problem difficulty cancels)."""
+    assert len(before) == len(after), (len(before), len(after))
+    diffs = [a - b for a, b in zip(after, before)]
+    return sum(diffs) / max(len(diffs), 1), bootstrap(diffs, seed=seed)
+
+
+def is_gain(interval: tuple[float, float]) -> bool:
+    """True when the whole interval lies above 0."""
+    return interval[0] > 0

@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import copy
+import errno
+import os
+import shutil
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import torch
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+SAFE_WEIGHTS = "model.safetensors"
+"""The single-file weights name transformers writes and reads."""
 
 
 def resolve(name_or_path: str) -> str:
@@ -35,7 +42,16 @@ def load_model(name_or_path: str, dtype: str = "float32", attn_implementation: s
     kwargs = {"dtype": DTYPES[dtype]}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
-    model = AutoModelForCausalLM.from_pretrained(resolve(name_or_path), **kwargs)
+    path = resolve(name_or_path)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    except Exception as e:  # noqa: BLE001 - a damaged weights file surfaces as many exception types
+        if not Path(path).is_dir():
+            raise
+        weights = Path(path) / SAFE_WEIGHTS
+        source = weights if weights.is_file() else path
+        reason = (str(e).strip().splitlines() or [""])[0]
+        raise ValueError(f"cannot load model from {source}: {type(e).__name__}: {reason}") from e
     model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -58,11 +74,98 @@ def context_length(model) -> int | None:
 
 
 def save_model(model, tokenizer, path: str | Path, merge_lora: bool = True) -> Path:
-    """Save so that transformers and vLLM load it: LoRA merged into the weights, or as an adapter."""
+    """Save so that transformers and vLLM load it: LoRA merged into the weights, or as an adapter.
+
+    Written into a hidden temporary directory and renamed into place, so `path` is always either
+    the previous model or the new one, never a mix or a half-written file.
+    """
     path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
     if hasattr(model, "peft_config") and merge_lora:
         model = copy.deepcopy(model).merge_and_unload()
-    model.save_pretrained(path, safe_serialization=True)
-    tokenizer.save_pretrained(path)
+    with atomic_directory(path) as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
     return path
+
+
+# ---------------------------------------------------------------- crash-safe directories
+TMP_SUFFIX, ASIDE_SUFFIX = ".tmp", ".old"
+"""Hidden siblings `.NAME.tmp` (being written) and `.NAME.old` (being replaced or deleted)."""
+
+
+class DiskFullError(OSError):
+    """ENOSPC while writing a run artefact; names what was being written."""
+
+    def __init__(self, path: str | Path):
+        super().__init__(errno.ENOSPC, f"no space left on device while writing {path}")
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+def fsync_dir(path: str | Path) -> None:
+    """Make renames and new entries in `path` durable (a file's fsync does not cover its name)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(path: Path) -> None:
+    """Flush every file under `path`, then the directories that name them."""
+    for root, _, files in os.walk(path):
+        for name in files:
+            fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(root)
+
+
+def _sibling(path: Path, suffix: str) -> Path:
+    return path.parent / f".{path.name}{suffix}"
+
+
+def remove_directory(path: Path) -> None:
+    """Rename aside, then delete: a crash mid-delete leaves only a hidden directory behind."""
+    aside = _sibling(path, ASIDE_SUFFIX)
+    shutil.rmtree(aside, ignore_errors=True)
+    os.replace(path, aside)
+    fsync_dir(path.parent)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+@contextmanager
+def atomic_directory(final: str | Path) -> Iterator[Path]:
+    """Yield a hidden temporary directory next to `final`; on success make it `final` atomically.
+
+    Every file is fsynced before the rename. An existing `final` is renamed aside, the new one
+    renamed in, then the old deleted, so at every instant `final` is either absent, the old
+    directory or the new one. On any error the temporary directory is removed; running out of
+    space raises DiskFullError naming `final`.
+    """
+    final = Path(final)
+    tmp = _sibling(final, TMP_SUFFIX)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(tmp, ignore_errors=True)  # left by an earlier crash
+    try:
+        tmp.mkdir()
+        yield tmp
+        fsync_tree(tmp)
+    except BaseException as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, OSError) and e.errno == errno.ENOSPC and not isinstance(e, DiskFullError):
+            raise DiskFullError(final) from e
+        raise
+    if final.exists():
+        aside = _sibling(final, ASIDE_SUFFIX)
+        shutil.rmtree(aside, ignore_errors=True)
+        os.replace(final, aside)
+        os.replace(tmp, final)
+        fsync_dir(final.parent)
+        shutil.rmtree(aside, ignore_errors=True)
+    else:
+        os.replace(tmp, final)
+        fsync_dir(final.parent)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import numpy as np
@@ -60,21 +61,36 @@ def build_optimizer(cfg: TrainConfig, model, total_steps: int):
     return opt, sched
 
 
-def optimizer_step(cfg: TrainConfig, model, opt, sched) -> float:
-    """Clip, step, schedule, zero; returns the pre-clip gradient norm.
+class NonFiniteError(FloatingPointError):
+    """A loss or gradient norm was NaN or infinite; the weights were left as they were."""
+
+
+def optimizer_step(cfg: TrainConfig, model, opt, sched, loss: float = 0.0) -> float:
+    """Clip, step, schedule, zero; returns the pre-clip gradient norm, or NaN for a skipped update.
 
     Gradients are zeroed to tensors, not None, so AdamW moves every parameter on every step even
     when a skipped batch left its gradient at 0 (as if the zero loss had been backpropagated).
+    A non-finite `loss` (the summed micro-batch losses of this update) or gradient norm never
+    reaches the weights: with on_nonfinite="stop" it raises NonFiniteError; with "skip" the
+    gradients are zeroed, the optimizer is not stepped (no moment update either) and NaN is
+    returned so the caller can count it. The schedule still advances, tied to the step count.
     """
     params = [p for p in model.parameters() if p.requires_grad]
     for p in params:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
-    norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf"))
+    norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf")))
+    bad = [f"{name} ({value})" for name, value in (("loss", loss), ("grad norm", norm)) if not math.isfinite(value)]
+    if bad:
+        if cfg.on_nonfinite == "stop":
+            raise NonFiniteError("non-finite " + " and ".join(bad))
+        opt.zero_grad(set_to_none=False)
+        sched.step()
+        return math.nan
     opt.step()
     sched.step()
     opt.zero_grad(set_to_none=False)
-    return float(norm)
+    return norm
 
 
 def pad_batch(prompts: list[list[int]], completions: list[list[int]], pad_id: int,

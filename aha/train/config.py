@@ -70,6 +70,8 @@ class TrainConfig:
     """Show a terminal progress bar."""
     threads: int = 0
     """torch CPU threads (0: torch's default)."""
+    on_nonfinite: Literal["stop", "skip"] = "stop"
+    """NaN/inf loss or grad norm: stop with an error (nothing saved from it), or skip the update (counted)."""
 
 
 @checked_keys

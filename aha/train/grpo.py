@@ -7,7 +7,7 @@ its own (rollout engine, reward scoring, algos, log-probabilities, checkpoints).
 from __future__ import annotations
 
 import copy
-import json
+import math
 import time
 from contextlib import nullcontext
 from types import SimpleNamespace
@@ -17,12 +17,16 @@ import torch
 
 from .. import algos
 from ..data import encode_prompt, is_conversational, load_rows
+from ..metrics import append_jsonl
 from ..models import context_length, eos_ids
 from ..rewards import check_columns, get_reward, reward_name, score_completions
 from ..rollout import HFEngine, SamplingParams
 from .common import build_optimizer, completion_logprobs, optimizer_step, seed_everything, setup_model
 from .config import GRPOConfig
 from .loop import PromptSampler, Trainer
+
+
+COMPLETIONS_LOG = "completions.jsonl"
 
 
 def resolve_reward_funcs(specs: list, kwargs: dict | None = None) -> list[Callable]:
@@ -47,6 +51,7 @@ class GRPOTrainer(Trainer):
 
     headline = {"reward": ("reward/mean", "{:.3f}"), "len": ("completion/len_mean", "{:.0f}"),
                 "acc": ("eval/accuracy", "{:.2f}"), "s/step": ("perf/step_s", "{:.2f}")}
+    step_logs = (COMPLETIONS_LOG,)
 
     def __init__(self, model, reward_funcs, args: GRPOConfig | None = None, train_dataset=None,
                  processing_class=None, peft_config=None,
@@ -193,7 +198,7 @@ class GRPOTrainer(Trainer):
         if a.skip_zero_advantage and a.beta == 0:
             trainable &= advantages != 0   # such sequences add exactly 0 to loss and gradient
         sums = {"loss": 0.0, "tokens": 0.0, "kl": 0.0, "entropy": 0.0, "clip/low": 0.0, "clip/high": 0.0}
-        grad_norms, train_tokens = [], 0
+        grad_norms, train_tokens, skipped = [], 0, 0
         self.model.train()
         for _ in range(a.num_iterations):
             order = torch.randperm(N, generator=self.generator)
@@ -202,16 +207,23 @@ class GRPOTrainer(Trainer):
                 denom = dict(num_sequences=int(keep[batch].sum()), num_tokens=int(n_tok[batch].sum()),
                              max_len=a.max_completion_length)
                 live = sorted(batch[trainable[batch]].tolist(), key=lambda i: len(prompts[i]) + len(comps[i]))
+                before = dict(sums)
                 for m in range(0, len(live), micro):  # length-sorted micro-batches: little padding
                     train_tokens += self._micro_step(live[m:m + micro], prompts, comps, advantages, keep,
                                                      old, ref, denom, sums)
-                grad_norms.append(optimizer_step(a, self.model, self.optimizer, self.scheduler))
+                norm = optimizer_step(a, self.model, self.optimizer, self.scheduler, sums["loss"] - before["loss"])
+                if math.isnan(norm):  # skipped (on_nonfinite=skip): its statistics describe no update
+                    sums.update(before)
+                    skipped += 1
+                else:
+                    grad_norms.append(norm)
         steps, tokens = len(grad_norms), sums.pop("tokens")
         out = {k: v / max(tokens, 1) for k, v in sums.items() if k != "loss"}
-        out["loss"] = sums["loss"] / max(steps, 1)
+        out["loss"] = sums["loss"] / steps if steps else math.nan
         if ref is None:
             out.pop("kl")
-        out["grad_norm"] = sum(grad_norms) / max(steps, 1)
+        out["grad_norm"] = sum(grad_norms) / steps if steps else math.nan
+        out["train/nonfinite_skipped"] = float(skipped)
         out["train/trained_frac"] = float(trainable.float().mean())
         out["_train_tokens"] = train_tokens
         return out
@@ -251,10 +263,10 @@ class GRPOTrainer(Trainer):
         rows, comp_ids, rpf, rewards, adv = self._last_batch
         prompts, texts = self._last_texts
         names = [reward_name(f) for f in self.reward_funcs]
-        with open(self.run_dir / "completions.jsonl", "a") as f:
-            for i in range(min(self.args.num_completions_to_print, len(texts))):
-                rec = {"step": self.step_count, "prompt": prompts[i], "completion": texts[i],
-                       "rewards": dict(zip(names, [None if v != v else float(v) for v in rpf[i].tolist()])),
-                       "advantage": float(adv[i])}
-                f.write(json.dumps(rec) + "\n")
-                bar.write(f"[step {self.step_count}] reward={float(rewards[i]):.3f} | {texts[i][:200]!r}")
+        shown = range(min(self.args.num_completions_to_print, len(texts)))
+        append_jsonl(self.run_dir / COMPLETIONS_LOG, [
+            {"step": self.step_count, "prompt": prompts[i], "completion": texts[i],
+             "rewards": dict(zip(names, [None if v != v else float(v) for v in rpf[i].tolist()])),
+             "advantage": float(adv[i])} for i in shown])
+        for i in shown:
+            bar.write(f"[step {self.step_count}] reward={float(rewards[i]):.3f} | {texts[i][:200]!r}")

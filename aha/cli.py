@@ -113,8 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"aha {argv[0]}: error: {e}", file=sys.stderr)
         return 2
     except SystemExit as e:
-        from .train.loop import Preempted  # already imported when a training run raised it
-        if not isinstance(e, Preempted):
+        loop = sys.modules.get("aha.train.loop")  # loaded if a training run raised it; --help never imports it
+        if loop is None or not isinstance(e, loop.Preempted):
             raise
         print(f"aha: {e}", file=sys.stderr)
         return e.code

@@ -18,6 +18,7 @@ log = logging.getLogger("aha.metrics")
 _TAIL_CHUNK = 1 << 16
 """Bytes read at a time when looking back for the last newline of a JSONL file."""
 _FILE_MODE = 0o644
+"""Permissions of a new log file (before the umask), as open() would give it."""
 
 
 class Logger:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -58,6 +59,8 @@ def save_checkpoint(output_dir: str | Path, step: int, model, optimizer, schedul
     """Write checkpoint-<step>: trainable weights, optimiser, scheduler, RNGs and `state`."""
     output_dir = Path(output_dir)
     final = output_dir / f"checkpoint-{step}"
+    for stale in output_dir.glob(".checkpoint-*"):  # left by a save or delete that was killed
+        shutil.rmtree(stale, ignore_errors=True)
     with atomic_directory(final) as tmp:
         weights = {n: p.detach().cpu() for n, p in model.named_parameters() if p.requires_grad}
         torch.save(weights, tmp / "trainable.pt")

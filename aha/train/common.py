@@ -72,8 +72,8 @@ def optimizer_step(cfg: TrainConfig, model, opt, sched, loss: float = 0.0) -> fl
     when a skipped batch left its gradient at 0 (as if the zero loss had been backpropagated).
     A non-finite `loss` (the summed micro-batch losses of this update) or gradient norm never
     reaches the weights: with on_nonfinite="stop" it raises NonFiniteError; with "skip" the
-    gradients are zeroed, the optimizer is not stepped (no moment update either) and NaN is
-    returned so the caller can count it. The schedule still advances, tied to the step count.
+    gradients are zeroed, neither the optimizer (no moment update either) nor the schedule is
+    stepped, and NaN is returned so the caller can count it.
     """
     params = [p for p in model.parameters() if p.requires_grad]
     for p in params:
@@ -85,7 +85,6 @@ def optimizer_step(cfg: TrainConfig, model, opt, sched, loss: float = 0.0) -> fl
         if cfg.on_nonfinite == "stop":
             raise NonFiniteError("non-finite " + " and ".join(bad))
         opt.zero_grad(set_to_none=False)
-        sched.step()
         return math.nan
     opt.step()
     sched.step()

@@ -1,10 +1,11 @@
-"""What every training loop shares: the step loop, logging, evaluation, checkpoints, resume."""
+"""What every training loop shares: the step loop, logging, evaluation, checkpoints, resume, stop signals."""
 
 from __future__ import annotations
 
 import abc
 import errno
 import logging
+import os
 import signal
 import threading
 from pathlib import Path
@@ -24,6 +25,7 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 """Signals that end a run cleanly: finish the step, write a checkpoint, exit."""
 SIGNAL_EXIT_BASE = 128
 """Shell convention: a process ended by signal N exits with 128 + N (SIGINT 130, SIGTERM 143)."""
+STDERR_FD = 2
 WRITE_PROBE = ".aha-write-probe"
 """Written and removed at set-up to prove output_dir is writable before any model is loaded."""
 
@@ -179,8 +181,11 @@ class Trainer(abc.ABC):
             raise Preempted(signum, f"stopped at once by a second {name} during step {self.step_count + 1}; "
                                     f"steps after the last checkpoint (step {self.saved_step}) are lost")
         self._stop_signal = signum
-        log.warning("%s received: finishing step %d, then writing a checkpoint (send it again to stop at once)",
-                    name, self.step_count + 1)
+        note = f"aha: {name}: finishing step {self.step_count + 1}, then writing a checkpoint (again: stop now)\n"
+        try:  # a raw write: buffered streams (logging, tqdm) are not reentrant inside a signal handler
+            os.write(STDERR_FD, note.encode())
+        except OSError:
+            pass
 
     def _stop(self) -> None:
         """After a stop signal: checkpoint this step (unless just saved) and leave."""

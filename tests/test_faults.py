@@ -373,13 +373,20 @@ def test_resume_does_not_repeat_rows_logged_after_the_checkpoint(tiny_dir, tmp_p
 
 
 # ------------------------------------------------------------------ stop signals
-def test_a_second_signal_stops_at_once():
-    t = SimpleNamespace(step_count=6, saved_step=4, _stop_signal=None)
-    Trainer._on_signal(t, signal.SIGINT, None)
+def test_a_second_signal_stops_at_once(tmp_path):
+    class Idle(Trainer):
+        def step(self):
+            return {}
+
+    t = Idle(SFTConfig(output_dir=str(tmp_path / "idle")), eval_fn=None)
+    t.step_count, t.saved_step = 6, 4
+    t._on_signal(signal.SIGINT, None)
     assert t._stop_signal == signal.SIGINT
     with pytest.raises(SystemExit) as e:
-        Trainer._on_signal(t, signal.SIGINT, None)
-    assert e.value.code == 130 and "second SIGINT during step 7" in str(e.value)
+        t._on_signal(signal.SIGINT, None)
+    assert e.value.code == 130
+    assert str(e.value) == ("stopped at once by a second SIGINT during step 7; "
+                            "steps since the last checkpoint are lost (last checkpoint: step 4)")
 
 
 def test_sigterm_finishes_the_step_checkpoints_and_resumes_exactly(tiny_dir, tmp_path):

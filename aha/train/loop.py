@@ -26,6 +26,7 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 SIGNAL_EXIT_BASE = 128
 """Shell convention: a process ended by signal N exits with 128 + N (SIGINT 130, SIGTERM 143)."""
 STDERR_FD = 2
+"""Where the signal handler writes its one-line note."""
 WRITE_PROBE = ".aha-write-probe"
 """Written and removed at set-up to prove output_dir is writable before any model is loaded."""
 
@@ -142,7 +143,7 @@ class Trainer(abc.ABC):
                 except NonFiniteError as e:
                     raise NonFiniteError(
                         f"step {self.step_count + 1}: {e}; no checkpoint written from this state "
-                        f"(last: step {self.saved_step}); lower learning_rate, or set on_nonfinite=skip") from None
+                        f"({self._saved_note()}); lower learning_rate, or set on_nonfinite=skip") from None
                 self.step_count += 1
                 last = self.step_count == self.max_steps
                 if self.eval_fn and self.eval_steps and (self.step_count % self.eval_steps == 0 or last):
@@ -179,13 +180,16 @@ class Trainer(abc.ABC):
         name = signal.Signals(signum).name
         if self._stop_signal is not None:  # the second signal: no more waiting
             raise Preempted(signum, f"stopped at once by a second {name} during step {self.step_count + 1}; "
-                                    f"steps after the last checkpoint (step {self.saved_step}) are lost")
+                                    f"steps since the last checkpoint are lost ({self._saved_note()})")
         self._stop_signal = signum
         note = f"aha: {name}: finishing step {self.step_count + 1}, then writing a checkpoint (again: stop now)\n"
         try:  # a raw write: buffered streams (logging, tqdm) are not reentrant inside a signal handler
             os.write(STDERR_FD, note.encode())
         except OSError:
             pass
+
+    def _saved_note(self) -> str:
+        return "no checkpoint yet" if self.saved_step is None else f"last checkpoint: step {self.saved_step}"
 
     def _stop(self) -> None:
         """After a stop signal: checkpoint this step (unless just saved) and leave."""

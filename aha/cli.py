@@ -92,9 +92,15 @@ def main(argv: list[str] | None = None) -> int:
         hf_logging.disable_progress_bar()  # per-file load/save bars drown the training progress bar
     try:
         result = COMMANDS[argv[0]](argv[1:])
-    except (ConfigError, ValueError, FileNotFoundError, RuntimeError) as e:
+    except (ConfigError, ValueError, OSError, RuntimeError, FloatingPointError) as e:
         print(f"aha {argv[0]}: error: {e}", file=sys.stderr)
         return 2
+    except SystemExit as e:
+        loop = sys.modules.get("aha.train.loop")  # loaded if a training run raised it; --help never imports it
+        if loop is None or not isinstance(e, loop.Preempted):
+            raise
+        print(f"aha: {e}", file=sys.stderr)
+        return e.code
     if result is not None:
         print(json.dumps(result, indent=2, default=str))
     return 0

@@ -5,9 +5,20 @@ Metrics are one flat dict with slash names (`reward/mean`, `clip/high`, `perf/to
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
 import math
+import os
 from pathlib import Path
+
+from .fileio import DiskFullError, atomic_write
+
+log = logging.getLogger("aha.metrics")
+_TAIL_CHUNK = 1 << 16
+"""Bytes read at a time when looking back for the last newline of a JSONL file."""
+_FILE_MODE = 0o644
+"""Permissions of a new log file (before the umask), as open() would give it."""
 
 
 class Logger:
@@ -20,27 +31,103 @@ class Logger:
         pass
 
 
+# ---------------------------------------------------------------- line-atomic JSONL
+def cut_torn_tail(path: Path) -> None:
+    """Drop a last line with no newline (a write cut short by a crash or a full disk)."""
+    if not path.is_file():
+        return
+    with open(path, "rb+") as f:
+        end = f.seek(0, os.SEEK_END)
+        pos = end
+        while pos > 0:
+            start = max(pos - _TAIL_CHUNK, 0)
+            f.seek(start)
+            chunk = f.read(pos - start)
+            newline = chunk.rfind(b"\n")
+            if newline >= 0:
+                pos = start + newline + 1
+                break
+            pos = start
+        if pos < end:
+            log.warning("%s: cut a torn last line (%d bytes) before appending", path, end - pos)
+            f.truncate(pos)
+
+
+def open_jsonl(path: Path) -> int:
+    """A descriptor for appending whole lines (O_APPEND), after cutting any torn last line."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cut_torn_tail(path)
+    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, _FILE_MODE)
+
+
+def write_lines(fd: int, path: Path, rows: list[dict]) -> None:
+    """Append rows as JSON lines in one write; a short write is undone so no line is ever torn."""
+    data = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    size = os.fstat(fd).st_size
+    try:
+        if os.write(fd, data) == len(data):
+            return
+        error = OSError(errno.ENOSPC, "short write")  # the disk filled part-way through
+    except OSError as e:
+        error = e
+    os.ftruncate(fd, size)
+    if error.errno == errno.ENOSPC:
+        raise DiskFullError(path) from error
+    raise error
+
+
+def append_jsonl(path: Path, rows: list[dict]) -> None:
+    """Open, append `rows` as whole lines, close."""
+    fd = open_jsonl(path)
+    try:
+        write_lines(fd, path, rows)
+    finally:
+        os.close(fd)
+
+
+def keep_steps_through(path: Path, step: int) -> None:
+    """Rewrite a JSONL log keeping rows with step <= `step` (a resumed run writes the rest again).
+
+    Written to a temporary file and renamed over the log, so a crash leaves one or the other.
+    """
+    if not path.is_file():
+        return
+    lines = path.read_bytes().split(b"\n")
+    kept = []
+    for line in lines[:-1]:  # the piece after the last newline is empty or a torn line
+        try:
+            row = json.loads(line)
+        except ValueError:
+            kept.append(line)  # not ours to judge; read_metrics reports it
+            continue
+        if not isinstance(row, dict) or not isinstance(row.get("step"), int) or row["step"] <= step:
+            kept.append(line)
+    atomic_write(path, b"".join(line + b"\n" for line in kept))
+
+
 class JsonlLogger(Logger):
     """One JSON object per line: {"step": s, ...metrics}. Appends, so a resumed run continues it."""
 
-    def __init__(self, path: Path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.f = open(path, "a")
+    def __init__(self, path: Path, resume_step: int | None = None):
+        if resume_step is not None:
+            keep_steps_through(path, resume_step)
+        self.path = path
+        self.fd = open_jsonl(path)
 
     def log(self, step, metrics):
         clean = {k: (v if isinstance(v, (int, float)) and math.isfinite(v) else None)
                  for k, v in metrics.items()}
-        self.f.write(json.dumps({"step": step, **clean}) + "\n")
-        self.f.flush()
+        write_lines(self.fd, self.path, [{"step": step, **clean}])
 
     def close(self):
-        self.f.close()
+        os.close(self.fd)
 
 
 class TensorBoardLogger(Logger):
-    def __init__(self, log_dir: Path):
+    def __init__(self, log_dir: Path, resume_step: int | None = None):
+        """On resume, events after `resume_step` (the crashed run's) are purged from the curves."""
         from torch.utils.tensorboard import SummaryWriter
-        self.w = SummaryWriter(str(log_dir))
+        self.w = SummaryWriter(str(log_dir), purge_step=None if resume_step is None else resume_step + 1)
 
     def log(self, step, metrics):
         for k, v in metrics.items():
@@ -65,24 +152,37 @@ class MultiLogger(Logger):
             lg.close()
 
 
-SINKS = {"jsonl": lambda d: JsonlLogger(d / "metrics.jsonl"),
-         "tensorboard": lambda d: TensorBoardLogger(d / "tensorboard")}
+SINKS = {"jsonl": lambda d, resume_step: JsonlLogger(d / "metrics.jsonl", resume_step),
+         "tensorboard": lambda d, resume_step: TensorBoardLogger(d / "tensorboard", resume_step)}
 
 
-def make_logger(report_to: list[str], run_dir: Path) -> Logger:
+def make_logger(report_to: list[str], run_dir: Path, resume_step: int | None = None) -> Logger:
+    """Sinks in `run_dir`; with `resume_step`, what was logged after that step is dropped first."""
     unknown = [r for r in report_to if r not in SINKS and r != "none"]
     if unknown:
         raise ValueError(f"unknown report_to {unknown}; valid: {sorted(SINKS)} or none")
-    return MultiLogger([SINKS[r](Path(run_dir)) for r in report_to if r in SINKS])
+    return MultiLogger([SINKS[r](Path(run_dir), resume_step) for r in report_to if r in SINKS])
 
 
 def read_metrics(path: Path) -> list[dict]:
-    """Rows of a metrics.jsonl; a resumed run's repeated steps keep the latest row."""
+    """Rows of a metrics.jsonl; a resumed run's repeated steps keep the latest row.
+
+    A torn last line (no newline: the writer died mid-line) is skipped with a warning.
+    """
+    text = Path(path).read_text()
+    lines = text.split("\n")
     rows: dict[int, dict] = {}
-    for line in Path(path).read_text().splitlines():
-        if line.strip():
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
             row = json.loads(line)
-            rows[row["step"]] = row
+        except ValueError:
+            if i == len(lines) - 1:
+                log.warning("%s: skipped a torn last line (%d characters)", path, len(line))
+                continue
+            raise
+        rows[row["step"]] = row
     return [rows[s] for s in sorted(rows)]
 
 

@@ -171,9 +171,9 @@ def test_micro_batches_equal_one_big_batch(tiny_dir, tmp_path, monkeypatch):
     import aha.train.grpo as grpo_mod
     real, grads = grpo_mod.optimizer_step, []
 
-    def capture(cfg, model, opt, sched):
+    def capture(cfg, model, opt, sched, *rest):
         grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
-        return real(cfg, model, opt, sched)
+        return real(cfg, model, opt, sched, *rest)
 
     monkeypatch.setattr(grpo_mod, "optimizer_step", capture)
     for loss_type in ("grpo", "dapo", "dr_grpo"):

@@ -111,6 +111,8 @@ class TrainConfig:
     """Evaluate on the task's held-out split every this many steps (0: never; needs a task or eval_fn)."""
     eval_samples: int = 100
     """Held-out prompts used by the in-training evaluation."""
+    on_nonfinite: Literal["stop", "skip"] = "stop"
+    """NaN/inf loss or grad norm: stop with an error (nothing saved from it), or skip the update (counted)."""
 
     def __post_init__(self):
         require_all(self, {

@@ -32,12 +32,8 @@ def read_jsonl(path: str | Path) -> list[dict]:
 
 
 def write_jsonl(rows: list[dict], path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    tmp.replace(path)
-    return path
+    from ..fileio import atomic_write
+    return atomic_write(path, "".join(json.dumps(r) + "\n" for r in rows))
 
 
 def load_rows(dataset, prompt_column: str | None = "prompt", required: tuple[str, ...] = ()) -> list[dict]:

@@ -8,9 +8,12 @@ from pathlib import Path
 
 import torch
 
+from ..fileio import atomic_directory
 from .tokens import ensure_pad_token
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+SAFE_WEIGHTS = "model.safetensors"
+"""The single-file weights name transformers writes and reads."""
 
 
 def resolve(name_or_path: str) -> str:
@@ -36,7 +39,16 @@ def load_model(name_or_path: str, dtype: str = "float32", attn_implementation: s
     kwargs = {"dtype": DTYPES[dtype]}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
-    model = AutoModelForCausalLM.from_pretrained(resolve(name_or_path), **kwargs)
+    path = resolve(name_or_path)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    except Exception as e:  # noqa: BLE001 - a damaged weights file surfaces as many exception types
+        if not Path(path).is_dir():
+            raise
+        weights = Path(path) / SAFE_WEIGHTS
+        source = weights if weights.is_file() else path
+        reason = (str(e).strip().splitlines() or [""])[0]
+        raise ValueError(f"cannot load model from {source}: {type(e).__name__}: {reason}") from e
     model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -50,13 +62,17 @@ def context_length(model) -> int | None:
 
 
 def save_model(model, tokenizer, path: str | Path, merge_lora: bool = True) -> Path:
-    """Save so that transformers and vLLM load it: LoRA merged into the weights, or as an adapter."""
+    """Save so that transformers and vLLM load it: LoRA merged into the weights, or as an adapter.
+
+    Written into a hidden temporary directory and renamed into place, so `path` is always either
+    the previous model or the new one, never a mix or a half-written file.
+    """
     path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
     if hasattr(model, "peft_config") and merge_lora:
         model = copy.deepcopy(model).merge_and_unload()
-    model.save_pretrained(path, safe_serialization=True)
-    tokenizer.save_pretrained(path)
+    with atomic_directory(path) as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
     return path
 
 

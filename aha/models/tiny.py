@@ -11,12 +11,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
 import torch
+
+from ..fileio import atomic_directory
 
 PAD_TOKEN = "<|endoftext|>"
 EOS_TOKEN = "<|im_end|>"
@@ -179,26 +179,11 @@ def _fix_tokenizer_config(config_file: Path) -> None:
 
 def save_pretrained_dir(model, tokenizer, path: str | os.PathLike) -> Path:
     """A normal Hugging Face model directory, written beside `path` and renamed into place, so a
-    reader never sees a half-written one. An existing directory at `path` is replaced by two
-    renames, so for an instant `path` is absent (POSIX cannot swap directories in one step)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
-    try:
+    reader never sees a half-written one (aha.fileio.atomic_directory)."""
+    with atomic_directory(path) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp, save_jinja_files=False)  # template in tokenizer_config
         _fix_tokenizer_config(tmp / "tokenizer_config.json")
-        os.chmod(tmp, 0o755)  # mkdtemp makes it private
-        if path.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
-            os.replace(path, old)
-            os.replace(tmp, path)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return path
 
 

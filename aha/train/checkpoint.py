@@ -1,13 +1,14 @@
 """Checkpoints that resume exactly and never look complete when they are not.
 
-A checkpoint is written into a hidden temporary directory and renamed into place in one step, so
-a crash mid-write leaves only the temporary directory, which `latest_checkpoint` ignores.
+A checkpoint is written into a hidden temporary directory and renamed into place in one step
+(`atomic_directory`), so a crash mid-write leaves only the temporary directory. Its marker file is
+written last, after every other file is on disk, and `list_checkpoints` only lists directories
+that have it. Every file is loaded with `weights_only=True`: tensors and plain values, no code.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
 import shutil
@@ -16,19 +17,38 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..fileio import atomic_directory, fsync_tree, remove_directory
+
 _NAME = re.compile(r"^checkpoint-(\d+)$")
+MARKER = "trainer_state.json"
+"""Written last: a checkpoint directory without it is incomplete and ignored."""
+FILES = ("trainable.pt", "optimizer.pt", "scheduler.pt", "state.pt")
+"""What a complete checkpoint holds besides the marker."""
+_NUMPY_GENERATOR = "MT19937"
+
+
+class CorruptCheckpointError(ValueError):
+    """A checkpoint file is missing, truncated or not a plain tensor file; names the file."""
 
 
 def rng_state() -> dict:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """Python, NumPy and torch RNG states as tensors and plain values (loadable with weights_only)."""
+    version, keys, gauss = random.getstate()
+    _, np_keys, pos, has_gauss, cached = np.random.get_state()
+    state = {"python": {"version": version, "keys": torch.tensor(keys, dtype=torch.int64), "gauss": gauss},
+             "numpy": {"keys": torch.from_numpy(np_keys.astype(np.int64)), "pos": int(pos),
+                       "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
+             "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
 
 def set_rng_state(state: dict) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    py, npy = state["python"], state["numpy"]
+    random.setstate((py["version"], tuple(py["keys"].tolist()), py["gauss"]))
+    np.random.set_state((_NUMPY_GENERATOR, npy["keys"].numpy().astype(np.uint32), npy["pos"],
+                         npy["has_gauss"], npy["cached_gaussian"]))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -38,33 +58,29 @@ def save_checkpoint(output_dir: str | Path, step: int, model, optimizer, schedul
                     state: dict, keep: int = 2) -> Path:
     """Write checkpoint-<step>: trainable weights, optimiser, scheduler, RNGs and `state`."""
     output_dir = Path(output_dir)
-    final, tmp = output_dir / f"checkpoint-{step}", output_dir / f".checkpoint-{step}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    weights = {n: p.detach().cpu() for n, p in model.named_parameters() if p.requires_grad}
-    torch.save(weights, tmp / "trainable.pt")
-    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-    torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
-    torch.save({"rng": rng_state(), **state}, tmp / "state.pt")
-    (tmp / "trainer_state.json").write_text(json.dumps({"step": step}))
-    for f in tmp.iterdir():  # data on disk before the rename makes it visible
-        with open(f, "rb") as fh:
-            os.fsync(fh.fileno())
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
+    final = output_dir / f"checkpoint-{step}"
+    for stale in output_dir.glob(".checkpoint-*"):  # left by a save or delete that was killed
+        shutil.rmtree(stale, ignore_errors=True)
+    with atomic_directory(final) as tmp:
+        weights = {n: p.detach().cpu() for n, p in model.named_parameters() if p.requires_grad}
+        torch.save(weights, tmp / "trainable.pt")
+        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+        torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
+        torch.save({"rng": rng_state(), **state}, tmp / "state.pt")
+        fsync_tree(tmp)  # every file on disk before the marker says the checkpoint is complete
+        (tmp / MARKER).write_text(json.dumps({"step": step}))
     for old in list_checkpoints(output_dir)[:-keep] if keep > 0 else []:
-        shutil.rmtree(old, ignore_errors=True)
+        remove_directory(old)
     return final
 
 
 def list_checkpoints(output_dir: str | Path) -> list[Path]:
-    """Complete checkpoints, oldest first."""
+    """Complete checkpoints (those with the marker), oldest first."""
     output_dir = Path(output_dir)
     if not output_dir.is_dir():
         return []
     found = [(int(m.group(1)), p) for p in output_dir.iterdir()
-             if (m := _NAME.match(p.name)) and (p / "trainer_state.json").is_file()]
+             if (m := _NAME.match(p.name)) and (p / MARKER).is_file()]
     return [p for _, p in sorted(found)]
 
 
@@ -73,12 +89,28 @@ def latest_checkpoint(output_dir: str | Path) -> Path | None:
     return ckpts[-1] if ckpts else None
 
 
+def _load(file: Path):
+    """torch.load with weights_only=True; any failure is one CorruptCheckpointError naming the file."""
+    if not file.is_file():
+        raise CorruptCheckpointError(f"checkpoint file {file} is missing")
+    try:
+        return torch.load(file, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - truncation and foreign pickles raise many types
+        reason = (str(e).strip().splitlines() or [""])[0]
+        raise CorruptCheckpointError(f"cannot load checkpoint file {file} (tensors and plain values only): "
+                                     f"{type(e).__name__}: {reason}") from e
+
+
 def load_checkpoint(path: str | Path, model, optimizer, scheduler) -> dict:
-    """Restore weights, optimiser, scheduler and RNGs in place; return the saved `state`."""
+    """Restore weights, optimiser, scheduler and RNGs in place; return the saved `state`.
+
+    Every file is read before anything is restored, so a damaged checkpoint leaves the model,
+    optimiser and RNGs untouched and the caller can fall back to an older one.
+    """
     path = Path(path)
-    if not (path / "trainer_state.json").is_file():
-        raise FileNotFoundError(f"{path} is not a complete checkpoint (no trainer_state.json)")
-    weights = torch.load(path / "trainable.pt", map_location="cpu")
+    if not (path / MARKER).is_file():
+        raise FileNotFoundError(f"{path} is not a complete checkpoint (no {MARKER})")
+    weights, opt_state, sched_state, state = (_load(path / name) for name in FILES)
     params = dict(model.named_parameters())
     missing = [n for n in weights if n not in params]
     if missing:
@@ -86,8 +118,7 @@ def load_checkpoint(path: str | Path, model, optimizer, scheduler) -> dict:
     with torch.no_grad():
         for n, w in weights.items():
             params[n].copy_(w)
-    optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location="cpu"))
-    scheduler.load_state_dict(torch.load(path / "scheduler.pt", map_location="cpu"))
-    state = torch.load(path / "state.pt", map_location="cpu", weights_only=False)
+    optimizer.load_state_dict(opt_state)
+    scheduler.load_state_dict(sched_state)
     set_rng_state(state.pop("rng"))
     return state

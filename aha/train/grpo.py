@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
+import math
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -27,6 +27,7 @@ from torch import Tensor
 from .. import algos
 from ..config import GRPOConfig
 from ..data import encode_prompt, load_rows
+from ..metrics import append_jsonl
 from ..models import context_length, setup_model
 from ..rewards import check_columns, get_reward, reward_name, score_groups
 from ..rollout import HFEngine, SamplingParams
@@ -35,6 +36,7 @@ from .loop import PromptSampler, Trainer, build_optimizer, optimizer_step, seed_
 
 TIME_FLOOR_S = 1e-9
 """Lower bound on a measured duration before dividing by it (a phase that did no work)."""
+COMPLETIONS_LOG = "completions.jsonl"
 
 
 def resolve_reward_funcs(specs: list, kwargs: dict | None = None) -> list[Callable]:
@@ -96,6 +98,7 @@ class GRPOTrainer(Trainer):
 
     headline = {"reward": ("reward/mean", "{:.3f}"), "len": ("completion/len_mean", "{:.0f}"),
                 "acc": ("eval/accuracy", "{:.2f}"), "s/step": ("perf/step_s", "{:.2f}")}
+    step_logs = (COMPLETIONS_LOG,)
 
     def __init__(self, model, reward_funcs, args: GRPOConfig | None = None, train_dataset=None,
                  processing_class=None, peft_config=None,
@@ -205,7 +208,7 @@ class GRPOTrainer(Trainer):
         if a.skip_zero_advantage and a.beta == 0:
             trainable &= batch.advantages != 0   # such sequences add exactly 0 to loss and gradient
         seq_len = [len(p) + len(c) for p, c in zip(batch.prompt_ids, batch.completion_ids)]
-        sums, grad_norms = LossSums(), []
+        sums, grad_norms, skipped = LossSums(), [], 0
         self.model.train()
         for _ in range(a.num_iterations):
             order = torch.randperm(N, generator=self.generator)
@@ -214,14 +217,19 @@ class GRPOTrainer(Trainer):
                 denom = dict(num_sequences=int(keep[part].sum()), num_tokens=int(n_tok[part].sum()),
                              max_len=a.max_completion_length)
                 live = sorted(part[trainable[part]].tolist(), key=seq_len.__getitem__)
+                minibatch = LossSums()
                 for m in range(0, len(live), micro):  # length-sorted micro-batches: little padding
-                    sums = sums + self._micro_step(batch, live[m:m + micro], keep, old, ref, denom)
-                grad_norms.append(optimizer_step(a, self.model, self.optimizer, self.scheduler))
-        per_token = max(sums.tokens, 1)
-        metrics = {"loss": sums.loss / max(len(grad_norms), 1), "entropy": sums.entropy / per_token,
+                    minibatch = minibatch + self._micro_step(batch, live[m:m + micro], keep, old, ref, denom)
+                norm = optimizer_step(a, self.model, self.optimizer, self.scheduler, minibatch.loss)
+                if math.isnan(norm):  # skipped (on_nonfinite=skip): its statistics describe no update
+                    skipped += 1
+                else:
+                    sums, grad_norms = sums + minibatch, grad_norms + [norm]
+        steps, per_token = len(grad_norms), max(sums.tokens, 1)
+        metrics = {"loss": sums.loss / steps if steps else math.nan, "entropy": sums.entropy / per_token,
                    "clip/low": sums.clip_low / per_token, "clip/high": sums.clip_high / per_token,
-                   "grad_norm": sum(grad_norms) / max(len(grad_norms), 1),
-                   "train/trained_frac": trainable.float().mean().item()}
+                   "grad_norm": sum(grad_norms) / steps if steps else math.nan,
+                   "train/nonfinite_skipped": float(skipped), "train/trained_frac": trainable.float().mean().item()}
         if ref is not None:
             metrics["kl"] = sums.kl / per_token
         return sums, metrics
@@ -278,12 +286,11 @@ class GRPOTrainer(Trainer):
         n, b = self.args.log_completions_steps, self.last_batch
         if not n or self.step_count % n or b is None:
             return
-        names = [reward_name(f) for f in self.reward_funcs]
-        prompts = b.prompts
-        with open(self.run_dir / "completions.jsonl", "a") as f:
-            for i in range(min(self.args.num_completions_to_print, len(b.texts))):
-                values = [None if v != v else float(v) for v in b.rewards_per_func[i].tolist()]
-                rec = {"step": self.step_count, "prompt": prompts[i], "completion": b.texts[i],
-                       "rewards": dict(zip(names, values)), "advantage": float(b.advantages[i])}
-                f.write(json.dumps(rec) + "\n")
-                bar.write(f"[step {self.step_count}] reward={float(b.rewards[i]):.3f} | {b.texts[i][:200]!r}")
+        names, prompts = [reward_name(f) for f in self.reward_funcs], b.prompts
+        shown = range(min(self.args.num_completions_to_print, len(b.texts)))
+        append_jsonl(self.run_dir / COMPLETIONS_LOG, [
+            {"step": self.step_count, "prompt": prompts[i], "completion": b.texts[i],
+             "rewards": dict(zip(names, [None if v != v else float(v) for v in b.rewards_per_func[i].tolist()])),
+             "advantage": float(b.advantages[i])} for i in shown])
+        for i in shown:
+            bar.write(f"[step {self.step_count}] reward={float(b.rewards[i]):.3f} | {b.texts[i][:200]!r}")

@@ -1,10 +1,16 @@
-"""What every training loop shares: the step loop, prompt order, optimizer, logging, evaluation, checkpoints."""
+"""What every training loop shares: the step loop, prompt order, optimizer, logging, evaluation, checkpoints,
+resume, stop signals."""
 
 from __future__ import annotations
 
 import abc
+import errno
 import logging
+import math
+import os
 import random
+import signal
+import threading
 from pathlib import Path
 from typing import Callable
 
@@ -12,11 +18,44 @@ import numpy as np
 import torch
 
 from ..config import TrainConfig, save_config
-from ..metrics import make_logger
+from ..metrics import keep_steps_through, make_logger
+from ..fileio import DiskFullError
 from ..models import save_model
-from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from .checkpoint import CorruptCheckpointError, list_checkpoints, load_checkpoint, save_checkpoint
 
 log = logging.getLogger("aha.train")
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+"""Signals that end a run cleanly: finish the step, write a checkpoint, exit."""
+SIGNAL_EXIT_BASE = 128
+"""Shell convention: a process ended by signal N exits with 128 + N (SIGINT 130, SIGTERM 143)."""
+STDERR_FD = 2
+"""Where the signal handler writes its one-line note."""
+WRITE_PROBE = ".aha-write-probe"
+"""Written and removed at set-up to prove output_dir is writable before any model is loaded."""
+
+
+class Preempted(SystemExit):
+    """A stop signal ended `train()`; `code` is 128 + the signal number, str() the one-line message."""
+
+    def __init__(self, signum: int, message: str):
+        super().__init__(SIGNAL_EXIT_BASE + signum)
+        self.signum, self.message = signum, message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def check_writable(run_dir: Path) -> None:
+    """Create `run_dir` and write a probe file there, so an unwritable or full disk fails now."""
+    probe = run_dir / WRITE_PROBE
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        if e.errno == errno.ENOSPC:
+            raise DiskFullError(probe) from e
+        raise PermissionError(f"output_dir {run_dir} is not writable: {e.strerror or e}") from e
 
 
 def seed_everything(seed: int) -> None:
@@ -39,21 +78,35 @@ def build_optimizer(cfg: TrainConfig, model, total_steps: int):
     return opt, sched
 
 
-def optimizer_step(cfg: TrainConfig, model, opt, sched) -> float:
-    """Clip, step, schedule, zero; returns the pre-clip gradient norm.
+class NonFiniteError(FloatingPointError):
+    """A loss or gradient norm was NaN or infinite; the weights were left as they were."""
+
+
+def optimizer_step(cfg: TrainConfig, model, opt, sched, loss: float = 0.0) -> float:
+    """Clip, step, schedule, zero; returns the pre-clip gradient norm, or NaN for a skipped update.
 
     Gradients are zeroed to tensors, not None, so AdamW moves every parameter on every step even
     when a skipped batch left its gradient at 0 (as if the zero loss had been backpropagated).
+    A non-finite `loss` (the summed micro-batch losses of this update) or gradient norm never
+    reaches the weights: with on_nonfinite="stop" it raises NonFiniteError; with "skip" the
+    gradients are zeroed, neither the optimizer (no moment update either) nor the schedule is
+    stepped, and NaN is returned so the caller can count it.
     """
     params = [p for p in model.parameters() if p.requires_grad]
     for p in params:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
-    norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf"))
+    norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf")))
+    bad = [f"{name} ({value})" for name, value in (("loss", loss), ("grad norm", norm)) if not math.isfinite(value)]
+    if bad:
+        if cfg.on_nonfinite == "stop":
+            raise NonFiniteError("non-finite " + " and ".join(bad))
+        opt.zero_grad(set_to_none=False)
+        return math.nan
     opt.step()
     sched.step()
     opt.zero_grad(set_to_none=False)
-    return float(norm)
+    return norm
 
 
 class PromptSampler:
@@ -86,13 +139,18 @@ class Trainer(abc.ABC):
     args: TrainConfig
     headline: dict[str, tuple[str, str]] = {"loss": ("loss", "{:.3f}")}
     """Progress-bar label -> (metric, format)."""
+    step_logs: tuple[str, ...] = ()
+    """JSONL files in the run directory with a step column, cut back to the checkpoint on resume."""
 
     def __init__(self, args: TrainConfig, eval_fn: Callable[[object, object], dict] | None):
         self.args = args
         self.run_dir = Path(args.output_dir)
+        check_writable(self.run_dir)
         self.eval_fn = eval_fn
         self.step_count = 0
+        self.saved_step: int | None = None  # step of the last checkpoint written or restored
         self.generator = torch.Generator().manual_seed(args.seed)
+        self._stop_signal: int | None = None
 
     @abc.abstractmethod
     def step(self) -> dict[str, float]:
@@ -102,18 +160,27 @@ class Trainer(abc.ABC):
         """Hook for per-step extras (GRPO logs sample completions here)."""
 
     def train(self, resume_from_checkpoint: str | bool | None = None) -> dict[str, float]:
-        """Run to `max_steps`; resume from a checkpoint dir, or True for the latest in output_dir."""
+        """Run to `max_steps`; resume from a checkpoint dir, or True for the latest in output_dir.
+
+        SIGINT/SIGTERM finish the current step, write a checkpoint and raise Preempted (a
+        SystemExit with code 128 + signal); a second signal raises it at once.
+        """
+        previous = self._install_signal_handlers()
+        try:
+            return self._train(resume_from_checkpoint)
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+    def _train(self, resume_from_checkpoint: str | bool | None) -> dict[str, float]:
         from tqdm.auto import tqdm
         a = self.args
         self.run_dir.mkdir(parents=True, exist_ok=True)
         save_config(a, self.run_dir / "config.yaml")
         resume = resume_from_checkpoint if resume_from_checkpoint is not None else a.resume
         if resume:
-            path = latest_checkpoint(self.run_dir) if resume is True else Path(resume)
-            if path is None:
-                raise FileNotFoundError(f"resume requested but no complete checkpoint in {self.run_dir}")
-            self._restore(path)
-        logger = make_logger(a.report_to, self.run_dir)
+            self._resume(None if resume is True else Path(resume))
+        logger = make_logger(a.report_to, self.run_dir, self.saved_step if resume else None)
         bar = tqdm(total=self.max_steps, initial=self.step_count, desc=type(self).__name__,
                    disable=not a.progress_bar, dynamic_ncols=True)
         metrics: dict[str, float] = {}
@@ -121,7 +188,12 @@ class Trainer(abc.ABC):
             logger.log(0, {f"eval/{k}": v for k, v in self.eval_fn(self.model, self.tokenizer).items()})
         try:
             while self.step_count < self.max_steps:
-                metrics = self.step()
+                try:
+                    metrics = self.step()
+                except NonFiniteError as e:
+                    raise NonFiniteError(
+                        f"step {self.step_count + 1}: {e}; no checkpoint written from this state "
+                        f"({self._saved_note()}); lower learning_rate, or set on_nonfinite=skip") from None
                 self.step_count += 1
                 last = self.step_count == self.max_steps
                 if self.eval_fn and a.eval_steps and (self.step_count % a.eval_steps == 0 or last):
@@ -134,11 +206,49 @@ class Trainer(abc.ABC):
                 bar.set_postfix({label: f.format(metrics[k]) for label, (k, f) in self.headline.items()
                                  if k in metrics}, refresh=False)
                 bar.update(1)
+                if self._stop_signal is not None and not last:
+                    self._stop()
         finally:
             bar.close()
             logger.close()
-        self.save_checkpoint()
+        if self.saved_step != self.step_count:
+            self.save_checkpoint()
         return metrics
+
+    # ------------------------------------------------------------------ signals
+    def _install_signal_handlers(self) -> dict:
+        """Catch SIGINT/SIGTERM for the run (main thread only: Python allows no other); return the old ones."""
+        self._stop_signal = None
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        previous = {}
+        for signum in STOP_SIGNALS:
+            previous[signum] = signal.signal(signum, self._on_signal)
+        return previous
+
+    def _on_signal(self, signum, frame) -> None:
+        name = signal.Signals(signum).name
+        if self._stop_signal is not None:  # the second signal: no more waiting
+            raise Preempted(signum, f"stopped at once by a second {name} during step {self.step_count + 1}; "
+                                    f"steps since the last checkpoint are lost ({self._saved_note()})")
+        self._stop_signal = signum
+        note = f"aha: {name}: finishing step {self.step_count + 1}, then writing a checkpoint (again: stop now)\n"
+        try:  # a raw write: buffered streams (logging, tqdm) are not reentrant inside a signal handler
+            os.write(STDERR_FD, note.encode())
+        except OSError:
+            pass
+
+    def _saved_note(self) -> str:
+        return "no checkpoint yet" if self.saved_step is None else f"last checkpoint: step {self.saved_step}"
+
+    def _stop(self) -> None:
+        """After a stop signal: checkpoint this step (unless just saved) and leave."""
+        path = self.run_dir / f"checkpoint-{self.step_count}"
+        if self.saved_step != self.step_count:
+            path = self.save_checkpoint()
+        name = signal.Signals(self._stop_signal).name
+        raise Preempted(self._stop_signal, f"stopped by {name} after step {self.step_count}; "
+                                           f"checkpoint written to {path}; resume with resume=true")
 
     @property
     def max_steps(self) -> int:
@@ -149,14 +259,33 @@ class Trainer(abc.ABC):
                 "generator": self.generator.get_state()}
 
     def save_checkpoint(self) -> Path:
-        return save_checkpoint(self.run_dir, self.step_count, self.model, self.optimizer, self.scheduler,
+        path = save_checkpoint(self.run_dir, self.step_count, self.model, self.optimizer, self.scheduler,
                                self._state(), self.args.save_total_limit)
+        self.saved_step = self.step_count
+        return path
+
+    def _resume(self, path: Path | None) -> None:
+        """Restore `path`, or the newest complete checkpoint that loads (a damaged one is skipped)."""
+        if path is not None:
+            self._restore(path)
+            return
+        candidates = list_checkpoints(self.run_dir)[::-1]
+        for ckpt in candidates:
+            try:
+                self._restore(ckpt)
+                return
+            except CorruptCheckpointError as e:
+                log.warning("%s; resuming from the previous checkpoint instead", e)
+        detail = f" ({len(candidates)} damaged)" if candidates else ""
+        raise FileNotFoundError(f"resume requested but no complete checkpoint in {self.run_dir}{detail}")
 
     def _restore(self, path: Path) -> None:
         state = load_checkpoint(path, self.model, self.optimizer, self.scheduler)
-        self.step_count = state["step"]
+        self.step_count = self.saved_step = state["step"]
         self.sampler = PromptSampler(self.sampler.n, self.args.seed, **state["sampler"])
         self.generator.set_state(state["generator"])
+        for name in self.step_logs:
+            keep_steps_through(self.run_dir / name, self.step_count)
         log.info("resumed from %s at step %d", path, self.step_count)
 
     def save_model(self, output_dir: str | Path | None = None) -> Path:

@@ -75,7 +75,8 @@ class SFTTrainer(Trainer):
             loss.backward()
             loss_sum += float(loss.detach())
             tokens += sum(len(p) + len(c) for p, c in part)
-        grad_norm = optimizer_step(a, self.model, self.optimizer, self.scheduler)
+        grad_norm = optimizer_step(a, self.model, self.optimizer, self.scheduler, loss_sum)
         dt = time.perf_counter() - t0
         return {"loss": loss_sum, "grad_norm": grad_norm, "lr": self.scheduler.get_last_lr()[0],
-                "perf/step_s": dt, "perf/train_tokens_per_s": tokens / dt}
+                "perf/step_s": dt, "perf/train_tokens_per_s": tokens / dt,
+                "train/nonfinite_skipped": float(math.isnan(grad_norm))}

@@ -1,0 +1,438 @@
+"""Faults around the training loop: non-finite updates, crashes mid-save, damaged or hostile files,
+full or read-only disks, duplicated log rows after resume, and stop signals."""
+
+import errno
+import json
+import logging
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from aha import algos
+from aha.metrics import JsonlLogger, read_metrics
+from aha.models import load_model, load_tokenizer, save_model
+from aha.train.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
+from aha.train.loop import optimizer_step
+from aha.config import GRPOConfig, SFTConfig
+from aha.train.grpo import GRPOTrainer
+from aha.train.loop import Trainer
+from aha.train.sft import SFTTrainer
+
+# The errors are caught by their standard base classes (CorruptCheckpointError is a ValueError,
+# DiskFullError an OSError, NonFiniteError a FloatingPointError, Preempted a SystemExit).
+MARKER = "trainer_state.json"
+
+ROOT = Path(__file__).resolve().parents[1]
+PROMPTS = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a in range(10) for b in range(3)]
+SUBPROCESS_TIMEOUT_S = 180
+"""Longest wait for the training subprocess (start-up imports torch and transformers)."""
+POLL_S = 0.05
+SLOW_REWARD_S = 0.3
+"""Sleep per reward call in the subprocess, so a signal lands well before the run would end."""
+
+
+def digit_share(prompts, completions, **kw):
+    """Graded reward: share of digits in the completion (varies inside every group from step 1)."""
+    return [sum(ch.isdigit() for ch in c) / max(len(c), 1) for c in completions]
+
+
+def grpo_args(run_dir, **kw):
+    base = dict(output_dir=str(run_dir), max_steps=2, num_generations=4, per_device_train_batch_size=8,
+                max_completion_length=8, learning_rate=1e-2, progress_bar=False, report_to=["jsonl"],
+                log_completions_steps=0, seed=0)
+    return GRPOConfig(**{**base, **kw})
+
+
+def grpo(tiny_dir, run_dir, **kw):
+    return GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], args=grpo_args(run_dir, **kw),
+                       train_dataset=PROMPTS)
+
+
+def params(model):
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def assert_same(a, b):
+    for n in a:
+        assert torch.equal(a[n], b[n]), n
+
+
+def logged_steps(path):
+    return [json.loads(line)["step"] for line in Path(path).read_text().splitlines()]
+
+
+class Crash(BaseException):
+    """A simulated kill at an exact point (BaseException: nothing on the way may swallow it)."""
+
+
+# ------------------------------------------------------------------ non-finite loss or gradient
+def test_optimizer_step_keeps_a_nonfinite_update_off_the_weights():
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    before = params(model)
+    for p in model.parameters():
+        p.grad = torch.full_like(p, float("inf"))
+    with pytest.raises(FloatingPointError, match=r"^non-finite grad norm \((inf|nan)\)$"):
+        optimizer_step(SimpleNamespace(max_grad_norm=1.0, on_nonfinite="stop"), model, opt, sched)
+    assert_same(before, params(model))
+
+    assert math.isnan(optimizer_step(SimpleNamespace(max_grad_norm=1.0, on_nonfinite="skip"), model, opt, sched))
+    assert_same(before, params(model))
+    assert all(torch.equal(p.grad, torch.zeros_like(p)) for p in model.parameters())
+    assert not opt.state  # AdamW never stepped: no moments that would move the weights later
+
+    norm = optimizer_step(SimpleNamespace(max_grad_norm=1.0, on_nonfinite="skip"), model, opt, sched, math.nan)
+    assert math.isnan(norm) and not opt.state  # a NaN loss is skipped even with finite (zero) gradients
+    for p in model.parameters():
+        p.grad = torch.ones_like(p)
+    assert optimizer_step(SimpleNamespace(max_grad_norm=0.0, on_nonfinite="skip"), model, opt, sched, 1.0) == \
+        pytest.approx(math.sqrt(3 * 2 + 2))
+    assert all(not torch.equal(before[n], p) for n, p in model.named_parameters())
+
+
+def test_nonfinite_loss_stops_grpo_naming_the_step_before_any_checkpoint(tiny_dir, tmp_path, monkeypatch):
+    t = grpo(tiny_dir, tmp_path / "run", max_steps=4, save_steps=1, save_total_limit=5)
+    real = algos.aggregate
+
+    def nan_at_step_3(*a, **kw):
+        loss = real(*a, **kw)
+        return loss * float("nan") if t.step_count == 2 else loss
+
+    monkeypatch.setattr(algos, "aggregate", nan_at_step_3)
+    with pytest.raises(FloatingPointError, match=r"^step 3: non-finite loss \(nan\).*no checkpoint written"):
+        t.train()
+    assert [p.name for p in list_checkpoints(tmp_path / "run")] == ["checkpoint-1", "checkpoint-2"]
+    saved = torch.load(tmp_path / "run" / "checkpoint-2" / "trainable.pt", weights_only=True)
+    now = params(t.model)
+    assert all(torch.isfinite(w).all() for w in now.values())
+    assert_same(saved, now)  # the NaN step never touched the weights
+
+
+def test_nonfinite_skip_in_sft_counts_and_leaves_the_weights(tiny_dir, tmp_path, monkeypatch):
+    import aha.train.sft as sft_mod
+    rows = [{"prompt": f"{a}+1=", "completion": str(a + 1)} for a in range(16)]
+    t = SFTTrainer(model=tiny_dir, train_dataset=rows, args=SFTConfig(
+        output_dir=str(tmp_path / "sft"), max_steps=3, per_device_train_batch_size=4, learning_rate=1e-2,
+        progress_bar=False, report_to=[], on_nonfinite="skip"))
+    real = sft_mod.completion_logprobs
+
+    def nan_on_step_2(*a, **kw):
+        logp, mask, ent = real(*a, **kw)
+        return (logp * float("nan") if t.step_count == 1 else logp), mask, ent
+
+    monkeypatch.setattr(sft_mod, "completion_logprobs", nan_on_step_2)
+    seen, weights = [], [params(t.model)]
+    for _ in range(3):
+        seen.append(t.step())
+        t.step_count += 1
+        weights.append(params(t.model))
+    assert [m["train/nonfinite_skipped"] for m in seen] == [0.0, 1.0, 0.0]
+    assert_same(weights[1], weights[2])  # the skipped step moved nothing
+    assert any(not torch.equal(weights[2][n], weights[3][n]) for n in weights[2])
+    assert all(torch.isfinite(w).all() for w in weights[3].values())
+
+
+# ------------------------------------------------------------------ checkpoints: once, atomic, complete
+def test_the_last_step_is_saved_once(tiny_dir, tmp_path, monkeypatch):
+    import aha.train.loop as loop_mod
+    real, steps = loop_mod.save_checkpoint, []
+
+    def counting(output_dir, step, *a, **kw):
+        steps.append(step)
+        return real(output_dir, step, *a, **kw)
+
+    monkeypatch.setattr(loop_mod, "save_checkpoint", counting)
+    handlers = [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)]
+    grpo(tiny_dir, tmp_path / "run", max_steps=2, save_steps=2).train()
+    assert steps == [2]
+    assert [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)] == handlers  # restored after train()
+
+
+def _deleting_crash(path, ignore_errors=False, **kw):
+    """rmtree killed part-way: every file but the marker is gone when the process dies."""
+    path = Path(path)
+    if not path.exists():
+        return
+    for f in path.iterdir():
+        if f.name != MARKER:
+            f.unlink()
+    raise Crash(f"killed while deleting {path}")
+
+
+@pytest.mark.parametrize("crash_at", ["pruning", "replacing_delete", "replacing_rename"])
+def test_a_crash_mid_save_never_leaves_a_complete_looking_broken_checkpoint(tiny_dir, tmp_path, monkeypatch, crash_at):
+    run = tmp_path / "run"
+    t = grpo(tiny_dir, run, max_steps=2, save_steps=1)
+    t.train()  # checkpoint-1 and checkpoint-2
+    step = {"pruning": 3, "replacing_delete": 2, "replacing_rename": 2}[crash_at]
+    if crash_at == "replacing_rename":
+        real_replace = os.replace
+
+        def rename_in_crashes(src, dst):  # the old directory is already aside when this runs
+            if Path(src).name == f".checkpoint-{step}.tmp":
+                raise Crash("killed between renaming the old checkpoint aside and the new one in")
+            return real_replace(src, dst)
+
+        monkeypatch.setattr(os, "replace", rename_in_crashes)
+    else:
+        monkeypatch.setattr(shutil, "rmtree", _deleting_crash)
+    with pytest.raises(Crash):
+        t.step_count = step
+        t.save_checkpoint()
+    monkeypatch.undo()
+    listed = list_checkpoints(run)
+    assert listed, "a crash must not lose every checkpoint"
+    for ckpt in listed:  # whatever looks complete loads
+        assert load_checkpoint(ckpt, t.model, t.optimizer, t.scheduler)["step"] == int(ckpt.name.split("-")[1])
+    expected = {"pruning": "checkpoint-3", "replacing_delete": "checkpoint-2", "replacing_rename": "checkpoint-1"}
+    assert latest_checkpoint(run).name == expected[crash_at]
+    resumed = grpo(tiny_dir, run, max_steps=4, save_steps=1, resume=True)
+    resumed.train()
+    assert resumed.step_count == 4 and latest_checkpoint(run).name == "checkpoint-4"
+    assert sorted(p.name for p in run.glob(".checkpoint-*")) == []  # leftovers cleared by the next save
+
+
+@pytest.mark.parametrize("damage", ["truncated trainable.pt", "truncated optimizer.pt", "garbage state.pt"])
+def test_resume_falls_back_past_a_damaged_newest_checkpoint(tiny_dir, tmp_path, caplog, damage):
+    full = grpo(tiny_dir, tmp_path / "full", max_steps=2)
+    full.train()
+    run = tmp_path / "run"
+    grpo(tiny_dir, run, max_steps=2, save_steps=1).train()
+    kind, name = damage.split()
+    target = run / "checkpoint-2" / name
+    target.write_bytes(target.read_bytes()[:100] if kind == "truncated" else os.urandom(200))
+    t = grpo(tiny_dir, run, max_steps=2)
+    with pytest.raises(ValueError, match=f"checkpoint file {target}"):
+        load_checkpoint(target.parent, t.model, t.optimizer, t.scheduler)
+    with caplog.at_level(logging.WARNING, logger="aha.train"):
+        resumed = grpo(tiny_dir, run, max_steps=2, resume=True)
+        resumed.train()
+    assert any(str(target) in r.getMessage() and "previous checkpoint" in r.getMessage() for r in caplog.records)
+    assert_same(params(full.model), params(resumed.model))
+
+
+def test_a_state_pt_that_would_run_code_is_refused(tiny_dir, tmp_path):
+    run = tmp_path / "run"
+    t = grpo(tiny_dir, run, max_steps=1)
+    t.train()
+    sentinel = tmp_path / "pwned"
+
+    class Payload:
+        def __reduce__(self):
+            return os.mkdir, (str(sentinel),)
+
+    state = run / "checkpoint-1" / "state.pt"
+    torch.save({"rng": Payload(), "step": 1}, state)
+    with pytest.raises(ValueError, match=f"cannot load checkpoint file {state}"):
+        load_checkpoint(run / "checkpoint-1", t.model, t.optimizer, t.scheduler)
+    assert not sentinel.exists()
+
+
+# ------------------------------------------------------------------ the final model directory
+def test_save_model_replaces_the_directory_atomically(tiny_dir, tmp_path, monkeypatch):
+    model, tok = load_model(tiny_dir, device="cpu"), load_tokenizer(tiny_dir)
+    out = tmp_path / "model"
+    save_model(model, tok, out)
+    (out / "stale.txt").write_text("from an older save")
+    old_weights = (out / "model.safetensors").read_bytes()
+    with torch.no_grad():
+        next(model.parameters()).add_(1.0)
+
+    def killed(*a, **kw):
+        raise Crash("killed after the weights were written")
+
+    monkeypatch.setattr(tok, "save_pretrained", killed)
+    with pytest.raises(Crash):
+        save_model(model, tok, out)
+    assert (out / "model.safetensors").read_bytes() == old_weights and (out / "stale.txt").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # no temp dir left behind
+    monkeypatch.undo()
+    save_model(model, tok, out)
+    assert not (out / "stale.txt").exists() and (out / "model.safetensors").read_bytes() != old_weights
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+    reloaded = load_model(str(out), device="cpu")
+    assert_same(params(model), params(reloaded))
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated", "garbage"])
+def test_a_damaged_model_safetensors_names_the_file(tiny_dir, tmp_path, damage):
+    model_dir = tmp_path / "model"
+    shutil.copytree(tiny_dir, model_dir)
+    weights = model_dir / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes({"empty": b"", "truncated": data[:len(data) // 2], "garbage": os.urandom(4096)}[damage])
+    with pytest.raises(ValueError, match=f"^cannot load model from {weights}: "):
+        load_model(str(model_dir), device="cpu")
+
+
+# ------------------------------------------------------------------ full or unwritable disk
+def test_no_space_while_saving_is_one_clear_error_and_leaves_no_temp(tiny_dir, tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    t = grpo(tiny_dir, run, max_steps=1)
+    real_save = torch.save
+
+    def disk_fills(obj, f, *a, **kw):
+        Path(f).write_bytes(b"partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", disk_fills)
+    with pytest.raises(OSError) as e:
+        t.save_checkpoint()
+    assert str(e.value) == f"no space left on device while writing {run / 'checkpoint-0'}"
+    assert e.value.errno == errno.ENOSPC
+    assert not [p for p in run.iterdir() if "checkpoint" in p.name]
+    monkeypatch.setattr(torch, "save", real_save)
+
+    def tokenizer_fills(*a, **kw):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(t.tokenizer, "save_pretrained", tokenizer_fills)
+    with pytest.raises(OSError, match=f"^no space left on device while writing {run / 'model'}$"):
+        t.save_model()
+    assert not [p for p in run.iterdir() if "model" in p.name]
+
+
+def test_an_unwritable_output_dir_fails_before_the_model_loads(tiny_dir, tmp_path, monkeypatch):
+    """Root ignores permission bits, so the probe write is made to fail as a read-only disk would."""
+    import aha.train.grpo as grpo_mod
+    run = tmp_path / "readonly"
+    real_write = Path.write_bytes
+
+    def read_only(self, data):
+        if self.parent == run:
+            raise OSError(errno.EROFS, "Read-only file system", str(self))
+        return real_write(self, data)
+
+    def no_model(*a, **kw):
+        raise AssertionError("the model was loaded before output_dir was checked")
+
+    monkeypatch.setattr(Path, "write_bytes", read_only)
+    monkeypatch.setattr(grpo_mod, "setup_model", no_model)
+    with pytest.raises(PermissionError, match=f"^output_dir {run} is not writable: Read-only file system$"):
+        grpo(tiny_dir, run)
+
+
+# ------------------------------------------------------------------ JSONL logs
+def test_a_torn_last_line_is_skipped_by_read_metrics_and_cut_before_appending(tmp_path, caplog, monkeypatch):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1, "loss": 0.5}\n{"step": 2, "loss": 0.4}\n{"step": 3, "lo')
+    with caplog.at_level(logging.WARNING, logger="aha.metrics"):
+        assert [r["step"] for r in read_metrics(path)] == [1, 2]
+    assert any("torn last line" in r.getMessage() for r in caplog.records)
+    logger = JsonlLogger(path)
+    logger.log(3, {"loss": 0.3})
+    real_write = os.write
+
+    def half_written(fd, data):  # the disk fills in the middle of the line
+        if fd == logger.fd:
+            real_write(fd, data[:len(data) // 2])
+            return len(data) // 2
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", half_written)
+    with pytest.raises(OSError, match=f"^no space left on device while writing {path}$"):
+        logger.log(4, {"loss": 0.2})
+    monkeypatch.undo()
+    logger.close()
+    assert path.read_text() == '{"step": 1, "loss": 0.5}\n{"step": 2, "loss": 0.4}\n{"step": 3, "loss": 0.3}\n'
+
+
+def test_resume_does_not_repeat_rows_logged_after_the_checkpoint(tiny_dir, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    run = tmp_path / "run"
+    kw = dict(max_steps=4, save_steps=2, log_completions_steps=1, num_completions_to_print=2,
+              report_to=["jsonl", "tensorboard"])
+    crashing = grpo(tiny_dir, run, **kw)
+    real_step = crashing.step
+
+    def crash_in_step_4():
+        if crashing.step_count == 3:
+            raise Crash("killed in step 4, after step 3 was logged")
+        return real_step()
+
+    crashing.step = crash_in_step_4
+    with pytest.raises(Crash):
+        crashing.train()
+    assert logged_steps(run / "metrics.jsonl") == [1, 2, 3]
+    grpo(tiny_dir, run, resume=True, **kw).train()
+    assert logged_steps(run / "metrics.jsonl") == [1, 2, 3, 4]
+    assert logged_steps(run / "completions.jsonl") == [1, 1, 2, 2, 3, 3, 4, 4]
+    events = EventAccumulator(str(run / "tensorboard"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("loss")] == [1, 2, 3, 4]
+
+
+# ------------------------------------------------------------------ stop signals
+def test_a_second_signal_stops_at_once(tmp_path):
+    class Idle(Trainer):
+        def step(self):
+            return {}
+
+    t = Idle(SFTConfig(output_dir=str(tmp_path / "idle")), eval_fn=None)
+    t.step_count, t.saved_step = 6, 4
+    t._on_signal(signal.SIGINT, None)
+    assert t._stop_signal == signal.SIGINT
+    with pytest.raises(SystemExit) as e:
+        t._on_signal(signal.SIGINT, None)
+    assert e.value.code == 130
+    assert str(e.value) == ("stopped at once by a second SIGINT during step 7; "
+                            "steps since the last checkpoint are lost (last checkpoint: step 4)")
+
+
+def test_sigterm_finishes_the_step_checkpoints_and_resumes_exactly(tiny_dir, tmp_path):
+    max_steps = 8
+    (tmp_path / "slow_rewards.py").write_text(
+        "import time\n\n\n"
+        "def digit_share(prompts, completions, **kw):\n"
+        f"    time.sleep({SLOW_REWARD_S})\n"
+        "    return [sum(ch.isdigit() for ch in c) / max(len(c), 1) for c in completions]\n")
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in PROMPTS))
+    run = tmp_path / "run"
+    cfg = dict(max_steps=max_steps, num_generations=4, per_device_train_batch_size=8, max_completion_length=8,
+               learning_rate=1e-2, progress_bar=False, report_to=["jsonl"], log_completions_steps=0, seed=0,
+               threads=torch.get_num_threads())
+    argv = [f"{k}={json.dumps(v)}" for k, v in cfg.items()]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
+    proc = subprocess.Popen([sys.executable, "-m", "aha.cli", "train", f"model={tiny_dir}", f"dataset={data}",
+                             "reward_funcs=slow_rewards:digit_share", f"output_dir={run}", *argv],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + SUBPROCESS_TIMEOUT_S
+        metrics = run / "metrics.jsonl"
+        while not (metrics.is_file() and metrics.read_text().count("\n") >= 2):
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() < deadline, "the run logged no two steps in time"
+            time.sleep(POLL_S)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=SUBPROCESS_TIMEOUT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=SUBPROCESS_TIMEOUT_S)
+    assert proc.returncode == 143, err
+    last = err.strip().splitlines()[-1]
+    stopped = int(last.split("after step ")[1].split(";")[0])
+    assert last == (f"aha: stopped by SIGTERM after step {stopped}; checkpoint written to "
+                    f"{run / f'checkpoint-{stopped}'}; resume with resume=true")
+    assert 2 <= stopped < max_steps
+    assert [p.name for p in list_checkpoints(run)] == [f"checkpoint-{stopped}"]
+    assert logged_steps(metrics) == list(range(1, stopped + 1))
+
+    resumed = grpo(tiny_dir, run, resume=True, **cfg)
+    assert resumed.step_count == 0
+    resumed.train()
+    assert resumed.step_count == max_steps and logged_steps(metrics) == list(range(1, max_steps + 1))
+    full = grpo(tiny_dir, tmp_path / "full", **cfg)
+    full.train()
+    assert_same(params(full.model), params(resumed.model))

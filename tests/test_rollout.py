@@ -37,8 +37,10 @@ def cut_at(seq, eos):
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
-@pytest.mark.parametrize("layer_cache", [True, False])
-def test_greedy_matches_full_recompute_with_eos_and_groups(tok, arch, layer_cache, monkeypatch):
+@pytest.mark.parametrize("layer_cache, chunk", [(True, 256), (True, 2), (False, 256)])
+def test_greedy_matches_full_recompute_with_eos_and_groups(tok, arch, layer_cache, chunk, monkeypatch):
+    """chunk=2: the layer cache starts with two free columns and grows five times during the run."""
+    monkeypatch.setattr(engine_module, "CACHE_CHUNK", chunk)
     model = model_of(tok, arch)
     assert engine_module.LayerCache.supports(model, 64)
     if not layer_cache:
@@ -114,3 +116,24 @@ def test_sampling_follows_the_temperature_scaled_distribution():
     draws = engine_module.sample_tokens(logits, SamplingParams(temperature=0.5), torch.Generator().manual_seed(1))
     freq = torch.bincount(draws, minlength=3).float() / len(draws)
     torch.testing.assert_close(freq, torch.tensor([25, 9, 4]) / 38, atol=0.02, rtol=0)
+
+
+
+@torch.no_grad()
+def test_layer_cache_memory_follows_the_filled_length_not_the_budget(tok):
+    """Prefill and 40 decode steps with a budget of 64 or of 4,096 tokens: the same logits, and buffers
+    of at most CACHE_CHUNK columns past the prompt, so no allocation or copy scales with max_new_tokens."""
+    model = model_of(tok, "llama")
+    L = max(map(len, PROMPTS))
+    ids = torch.tensor([[0] * (L - len(p)) + p for p in PROMPTS])
+    mask = torch.tensor([[0] * (L - len(p)) + [1] * len(p) for p in PROMPTS])
+    logits, caps = {}, {}
+    for budget in (64, 4096):
+        cache = engine_module.LayerCache(model, mask, budget)
+        out = [cache.forward(ids, (mask.cumsum(-1) - 1).clamp(min=0))]
+        pos = mask.sum(-1, keepdim=True)
+        for t in range(40):
+            out.append(cache.forward(out[-1].argmax(-1, keepdim=True), pos + t))
+        logits[budget], caps[budget] = torch.stack(out), cache.k[0].shape[2]
+    torch.testing.assert_close(logits[64], logits[4096], rtol=0, atol=0)
+    assert caps == {64: L + 64, 4096: L + engine_module.CACHE_CHUNK}

@@ -18,6 +18,9 @@ from torch import Tensor
 
 from .base import Rollout, SamplingParams
 
+CACHE_CHUNK = 256
+"""Key/value columns LayerCache starts with past the prompt and adds at least when full (it grows by half):
+its memory and copies follow the filled length, not max_new_tokens."""
 COMPACT_FRACTION = 0.125
 """Drop finished rows from the batch once they are this fraction of it (each drop copies the cache)."""
 
@@ -81,14 +84,14 @@ class LayerCache:
         cfg, (P, L) = self.lm.config, mask.shape
         param = next(self.lm.parameters())
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        shape = (P, cfg.num_key_value_heads, L + max_new_tokens, head_dim)
-        self.k = [param.new_zeros(shape) for _ in self.decoder.layers]
-        self.v = [param.new_zeros(shape) for _ in self.decoder.layers]
+        cap = L + min(max_new_tokens, CACHE_CHUNK)  # grown on demand: memory follows the filled length
+        shape = (P, cfg.num_key_value_heads, cap, head_dim)
+        self.k = [param.new_empty(shape) for _ in self.decoder.layers]  # columns >= end are never read
+        self.v = [param.new_empty(shape) for _ in self.decoder.layers]
         self.end = 0                                                             # filled columns
         self.blocked = torch.finfo(param.dtype).min
-        keys = torch.ones(P, L + max_new_tokens, dtype=torch.bool, device=mask.device)
-        keys[:, :L] = mask.bool()
-        self.bias = torch.zeros(keys.shape, dtype=param.dtype, device=mask.device).masked_fill(~keys, self.blocked)
+        self.bias = torch.zeros((P, cap), dtype=param.dtype, device=mask.device)  # [m,cap] additive key mask
+        self.bias[:, :L].masked_fill_(~mask.bool(), self.blocked)
 
     @staticmethod
     def supports(model, total_len: int) -> bool:
@@ -103,13 +106,16 @@ class LayerCache:
                 and hasattr(lm.get_decoder(), "rotary_emb"))
 
     def update(self, k: Tensor, v: Tensor, layer: int, *args, **kwargs) -> tuple[Tensor, Tensor]:
-        end = self.end + k.shape[2]
+        end = self.end + k.shape[2]  # forward() made room for these columns
         self.k[layer][:, :, self.end:end] = k
         self.v[layer][:, :, self.end:end] = v
         return self.k[layer][:, :, :end], self.v[layer][:, :, :end]
 
     def forward(self, ids: Tensor, pos: Tensor) -> Tensor:
         q, end = ids.shape[1], self.end + ids.shape[1]
+        if end > self.bias.shape[1]:
+            cap = self.bias.shape[1]
+            self._resize(len(ids), max(end, cap + max(CACHE_CHUNK, cap // 2)))  # geometric: O(filled) copies in all
         bias = self.bias[:, None, None, :end]                                    # [m,1,1,S]
         if q > 1:  # prefill: causal too; a padding query sees itself, so no row is all -inf
             causal = torch.ones(q, end, dtype=torch.bool, device=ids.device).tril(end - q)
@@ -125,13 +131,24 @@ class LayerCache:
         return self.lm.lm_head(self.decoder.norm(h[:, -1])).float()
 
     def repeat(self, n: int) -> None:
-        self._map(lambda x: x.repeat_interleave(n, 0))
+        self._resize(len(self.bias) * n, self.bias.shape[1], lambda x: x.repeat_interleave(n, 0))
 
     def select(self, rows: Tensor) -> None:
-        self._map(lambda x: x[rows])
+        self._resize(len(rows), self.bias.shape[1], lambda x: x.index_select(0, rows))
 
-    def _map(self, fn) -> None:
-        self.k, self.v, self.bias = [fn(x) for x in self.k], [fn(x) for x in self.v], fn(self.bias)
+    def _resize(self, m: int, cap: int, rows=lambda x: x) -> None:
+        """Buffers of m rows and cap columns holding `rows(...)` of the filled columns: the copy costs the
+        filled length, never max_new_tokens."""
+        end = self.end
+
+        def kv(x: Tensor) -> Tensor:                                             # [m,H,cap,D]
+            out = x.new_empty((m, x.shape[1], cap, x.shape[3]))
+            out[:, :, :end] = rows(x[:, :, :end])
+            return out
+
+        bias = self.bias.new_zeros((m, cap))                                     # [m,cap]; 0 = visible once written
+        bias[:, :end] = rows(self.bias[:, :end])
+        self.k, self.v, self.bias = [kv(x) for x in self.k], [kv(x) for x in self.v], bias
 
 
 class HFEngine:

@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -436,3 +437,39 @@ def test_sigterm_finishes_the_step_checkpoints_and_resumes_exactly(tiny_dir, tmp
     full = grpo(tiny_dir, tmp_path / "full", **cfg)
     full.train()
     assert_same(params(full.model), params(resumed.model))
+
+
+# ------------------------------------------------------------------ rewards around the trainer
+def test_a_reward_that_never_returns_is_cut_and_the_run_finishes(tiny_dir, tmp_path):
+    def hangs(prompts, completions, **kw):
+        threading.Event().wait()
+
+    t = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share, hangs], train_dataset=PROMPTS,
+                    args=grpo_args(tmp_path / "run", reward_timeout=0.3))
+    start = time.monotonic()
+    metrics = t.train()
+    assert time.monotonic() - start < 60 and t.step_count == 2
+    assert metrics["reward/call_timeouts"] == 1 and metrics["reward/hangs/none_frac"] == 1.0
+    assert metrics["reward/digit_share/none_frac"] == 0.0  # the other function still trains the model
+
+
+def test_a_gold_column_that_is_null_everywhere_is_refused_before_the_model_loads(tmp_path):
+    from aha.rewards import math_reward
+    rows = [{"prompt": f"{a}+1=", "answer": None} for a in range(4)]
+    with pytest.raises(ValueError, match=r"column 'answer' is null in all 4 rows; reward function math has nothing"):
+        GRPOTrainer(model="no/such-model", reward_funcs=[math_reward], train_dataset=rows,
+                    args=grpo_args(tmp_path / "run"))
+
+
+def test_reward_modules_resolve_from_the_current_directory_or_are_named(tmp_path, monkeypatch):
+    from aha.train.grpo import resolve_reward_funcs
+    (tmp_path / "myrew_for_test.py").write_text("def exact(prompts, completions, **kw):\n    return [1.0] * len(completions)\n")
+    monkeypatch.chdir(tmp_path)
+    (fn,) = resolve_reward_funcs(["myrew_for_test:exact"])
+    assert fn(["p"], ["c"]) == [1.0]
+    with pytest.raises(ValueError, match=r"'nosuchmodule_x:f': no module 'nosuchmodule_x' on the Python path or in "
+                                         r"the current directory"):
+        resolve_reward_funcs(["nosuchmodule_x:f"])
+    with pytest.raises(ValueError, match=r"'myrew_for_test:missing': module 'myrew_for_test' .* has no function "
+                                         r"'missing'"):
+        resolve_reward_funcs(["myrew_for_test:missing"])

@@ -127,11 +127,15 @@ def test_all_mode_is_all_or_nothing():
 
 
 def test_a_batch_of_infinite_loops_is_bounded_by_the_batch_timeout():
+    """The runs that started hit their own limit and fail (0.0); the rest were never judged: None, not 0.0."""
     reward = CodeReward(timeout_s=1.0, batch_timeout_s=0.5, max_workers=2)
     start = time.monotonic()
     out = reward(None, ["```python\nwhile True:\n    pass\n```"] * 8, tests=[["assert f() == 1"]] * 8)
-    assert out == [0.0] * 8 and time.monotonic() - start < 1.0 + 4.0
-    assert reward.pop_metrics()["timeouts"] == 8
+    assert time.monotonic() - start < 1.0 + 4.0
+    ran = [v for v in out if v is not None]
+    assert ran == [0.0] * len(ran) and 1 <= len(ran) <= 4
+    counts = reward.pop_metrics()
+    assert counts["timeouts"] == len(ran) and counts["unjudged"] == 8 - len(ran)
 
 
 def test_base_model_continuation_gets_the_prompt_prepended(reward):

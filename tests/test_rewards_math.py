@@ -111,40 +111,60 @@ def test_unparseable_gold_is_a_data_error_not_a_reward(reward):
     assert answers_equal("5", "\\frac{1}{") is None
 
 
-@pytest.mark.parametrize("name, completion", [
-    ("exponent tower", r"\boxed{2^{10^{10}}}"),
-    ("huge factorial", r"\boxed{(10^{10})!}"),
-    ("9999!", r"\boxed{9999!}"),
-    ("10 MB string", "7" * 10_000_000),
-    ("10 MB of answer tags", "<answer>" * 1_250_000),
-    ("10 MB box", "\\boxed{" + "{" * 10_000_000),
-    ("1000 nested fractions", "\\boxed{" + "\\frac{1}{" * 1000 + "2" + "}" * 1000 + "}"),
-    ("deep nesting within the length cap", "\\boxed{" + "\\sqrt{" * 100 + "2" + "}" * 100 + "}"),
-    ("500 boxes", "\\boxed{}" * 500),
+@pytest.mark.parametrize("name, completion, expected", [
+    ("exponent tower", r"\boxed{2^{10^{10}}}", None),      # too large to evaluate: set aside, not judged
+    ("huge factorial", r"\boxed{(10^{10})!}", None),
+    ("9999!", r"\boxed{9999!}", 0.0),
+    ("10 MB string", "7" * 10_000_000, 0.0),
+    ("10 MB of answer tags", "<answer>" * 1_250_000, 0.0),
+    ("10 MB box", "\\boxed{" + "{" * 10_000_000, 0.0),
+    ("1000 nested fractions", "\\boxed{" + "\\frac{1}{" * 1000 + "2" + "}" * 1000 + "}", 0.0),
+    # about a second of sympy work: wrong, or not decided within the limit; never right
+    ("deep nesting within the length cap", "\\boxed{" + "\\sqrt{" * 100 + "2" + "}" * 100 + "}", (0.0, None)),
+    ("500 boxes", "\\boxed{}" * 500, 0.0),
 ])
-def test_hostile_math_is_judged_within_the_limit(name, completion):
+def test_hostile_math_is_judged_within_the_limit(name, completion, expected):
     reward = MathReward(timeout_s=1.0)
     reward(None, ["\\boxed{\\sqrt{4}}"], answer=["2"])  # a warm pool: start-up is not the thing measured
     start = time.monotonic()
-    assert reward(None, [completion], answer=["5"]) == [0.0]
+    (got,) = reward(None, [completion], answer=["5"])
+    assert got in (expected if isinstance(expected, tuple) else (expected,)), got
     assert time.monotonic() - start < 1.0 + 1.5, name
+    counts = reward.pop_metrics()
+    assert got is not None or counts["too_large"] + counts["timeouts"] == 1, counts
 
 
-def test_timeouts_are_counted_and_the_pool_recovers():
-    reward = MathReward(timeout_s=1.0)
+def test_timeouts_are_excluded_and_counted_and_the_pool_recovers():
+    reward = MathReward(timeout_s=1.0, max_exponent_digits=None)  # towers reach the pool and hit the limit
     out = reward(None, [r"\boxed{2^{10^{10}}}", r"\boxed{\sqrt{9}}", r"\boxed{10^{10^{10}}}"], answer=["5", "3", "7"])
-    assert out == [0.0, 1.0, 0.0]
+    assert out == [None, 1.0, None]  # not decided is not wrong
     assert reward.pop_metrics()["timeouts"] == 2
     assert reward(None, [r"\boxed{\sqrt{16}}"], answer=["4"]) == [1.0]  # killed workers were replaced
 
 
-def test_a_batch_of_towers_is_bounded_by_the_batch_timeout():
+def test_a_call_budget_leaves_items_unjudged_never_wrong():
     MathReward()(None, ["\\boxed{\\sqrt{4}}"], answer=["2"])  # a warm pool
-    reward = MathReward(timeout_s=1.0, batch_timeout_s=1.5)
+    reward = MathReward(timeout_s=1.0, batch_timeout_s=1.5, max_exponent_digits=None)
     start = time.monotonic()
-    out = reward(None, [rf"\boxed{{{k}^{{10^{{10}}}}}}" for k in range(2, 10)], answer=["5"] * 8)
-    assert out == [0.0] * 8 and time.monotonic() - start < 3.0
-    assert reward.pop_metrics()["timeouts"] == 8
+    towers = [rf"\boxed{{{k}^{{10^{{10}}}}}}" for k in range(2, 10)]
+    out = reward(None, towers + [r"\boxed{\sqrt{4}}"], answer=["5"] * 8 + ["2"])
+    assert out[:8] == [None] * 8 and time.monotonic() - start < 3.0
+    counts = reward.pop_metrics()
+    assert out[8] in (1.0, None)  # the correct answer is right or unjudged, never 0.0
+    assert counts["timeouts"] + counts["unjudged"] == 8 + (out[8] is None) and counts["unjudged"] >= 1
+
+
+def test_correct_symbolic_answers_survive_a_batch_full_of_slow_ones():
+    """Per-item limits: however many comparisons time out, every correct answer in the batch scores 1.0."""
+    reward = MathReward(timeout_s=1.0, max_exponent_digits=None)
+    right = [(r"\boxed{\frac{1}{2}}", "0.5"), (r"\boxed{2\sqrt{2}}", r"\sqrt{8}"), (r"\boxed{\sqrt{9}}", "3")] * 2
+    bombs = [(rf"\boxed{{{k}^{{10^{{10}}}}}}", "5") for k in range(2, 6)]
+    pairs = bombs[:2] + right[:3] + bombs[2:] + right[3:]
+    out = reward(None, [c for c, _ in pairs], answer=[g for _, g in pairs])
+    assert [v for v, (c, _) in zip(out, pairs) if (c, _) in right] == [1.0] * 6
+    assert [v for v, p in zip(out, pairs) if p in bombs] == [None] * 4
+    counts = reward.pop_metrics()
+    assert counts["timeouts"] == 4 and counts["unjudged"] == 0
 
 
 def test_pool_recovers_when_a_worker_is_killed_from_outside():

@@ -6,6 +6,7 @@ import asyncio
 import doctest
 import logging
 import math
+import threading
 import time
 
 import pytest
@@ -116,3 +117,59 @@ def test_docstring_examples(module):
     import importlib
     result = doctest.testmod(importlib.import_module(f"aha.rewards{module}"), optionflags=doctest.ELLIPSIS)
     assert result.failed == 0 and result.attempted > 0
+
+
+def _hangs_on_a_lock(prompts, completions, **kw):
+    threading.Event().wait()  # never set
+
+
+def _spins(prompts, completions, **kw):
+    while True:
+        try:
+            pass
+        except Exception:  # a broad handler in user code must not swallow the time limit
+            pass
+
+
+async def _awaits_forever(prompts, completions, **kw):
+    await asyncio.Event().wait()
+
+
+def _ones(prompts, completions, **kw):
+    return [1.0] * len(completions)
+
+
+def test_reward_functions_that_never_return_are_cut_at_their_limit():
+    start = time.monotonic()
+    rewards, metrics = score_completions([_hangs_on_a_lock, _ones, _spins, _awaits_forever], ["p"] * 2, ["c"] * 2,
+                                         {}, timeout_s=0.5)
+    elapsed = time.monotonic() - start
+    assert elapsed < 0.5 * 2 + 1.0, elapsed  # two sync calls cut in turn, the async one alongside them
+    assert torch.isnan(rewards[:, [0, 2, 3]]).all() and rewards[:, 1].tolist() == [1.0, 1.0]
+    assert metrics["reward/call_timeouts"] == 3 and metrics["reward/errors"] == 0
+    assert metrics["reward/_hangs_on_a_lock/none_frac"] == 1.0 and metrics["reward/_ones/none_frac"] == 0.0
+    # the process is usable afterwards: the watchdog signal handler was restored, a fast call is unaffected
+    rewards, metrics = score_completions([_ones], ["p"], ["c"], {}, timeout_s=0.5)
+    assert rewards.tolist() == [[1.0]] and metrics["reward/call_timeouts"] == 0
+
+
+def test_off_the_main_thread_a_hung_call_is_abandoned_at_its_limit():
+    box = {}
+    worker = threading.Thread(target=lambda: box.update(out=score_completions([_hangs_on_a_lock, _ones], ["p"], ["c"],
+                                                                               {}, timeout_s=0.5)))
+    start = time.monotonic()
+    worker.start()
+    worker.join(10)
+    assert not worker.is_alive() and time.monotonic() - start < 3.0
+    rewards, metrics = box["out"]
+    assert torch.isnan(rewards[0, 0]) and rewards[0, 1] == 1.0 and metrics["reward/call_timeouts"] == 1
+
+
+@pytest.mark.parametrize("returned", [None, 1.0, "0.5", {"a": 1}])
+def test_a_reward_returning_something_other_than_a_list_is_named(returned):
+    def odd(prompts, completions, **kw):
+        return returned
+
+    with pytest.raises(ValueError, match=rf"reward function odd returned {type(returned).__name__} .*expected a list "
+                                         r"of 2 values"):
+        score_completions([odd], ["p"] * 2, ["c"] * 2, {})

@@ -196,6 +196,9 @@ class GRPOConfig(TrainConfig):
     """How many completions to print when logging them."""
     generation_max_batch: int = 512
     """Most sequences decoded at once."""
+    reward_timeout: float = 300.0
+    """Wall-clock seconds each reward function call may take; past it, that call's rewards are excluded and
+    counted in reward/call_timeouts (the run goes on)."""
 
     def __post_init__(self):
         super().__post_init__()
@@ -215,6 +218,7 @@ class GRPOConfig(TrainConfig):
             "generation_max_batch": (at_least_one, ">= 1"),
             "log_completions_steps": (non_negative, ">= 0"),
             "num_completions_to_print": (non_negative, ">= 0"),
+            "reward_timeout": (positive, "> 0 seconds"),
         })
         G, micro, accum = self.num_generations, self.per_device_train_batch_size, self.gradient_accumulation_steps
         if self.generation_batch_size is None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import json
 import logging
+import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -116,7 +117,8 @@ class CodeReward(Reward):
     the fraction of tests passed, mode="all" 1.0 only when all pass. A program that leaves or dies before the
     tests end, or overruns `timeout_s`, gets 0.0. Unusable tests give None (`data_errors`). Metrics count
     `sandbox/bwrap` or `sandbox/fallback` per run, and `timeouts`. Runs are spread over `max_workers` threads
-    (one per core); runs not started within `batch_timeout_s` of the call count as timeouts.
+    (one per core); each run has its own `timeout_s`, so a call is bounded without a call budget. With a finite
+    `batch_timeout_s`, runs not started within it are not judged: None, counted in `unjudged` (never 0.0).
 
     >>> CodeReward()(["Write add."], ["```python\\ndef add(a, b):\\n    return a + b\\n```"],
     ...              tests=[["assert add(1, 2) == 3", "assert add(0, 0) == 1"]])
@@ -127,7 +129,7 @@ class CodeReward(Reward):
 
     def __init__(self, tests_column: str = "tests", mode: str = "fraction", timeout_s: float = 10.0,
                  memory_mb: int = 1024, entry_point_column: str = "entry_point", max_workers: int | None = None,
-                 batch_timeout_s: float = 120.0):
+                 batch_timeout_s: float = math.inf):
         super().__init__()
         if mode not in ("fraction", "all"):
             raise ValueError(f"mode must be 'fraction' or 'all', got {mode!r}")
@@ -177,7 +179,7 @@ class CodeReward(Reward):
             def run(job: tuple[str, TestSpec]) -> SandboxResult:
                 program, spec = job
                 if time.monotonic() > batch_end:  # a batch of infinite loops must not stall the trainer
-                    return SandboxResult(0, spec.total, "timeout", isolation(), 0.0, {"skipped": True})
+                    return SandboxResult(0, spec.total, "unjudged", isolation(), 0.0, {"skipped": True})
                 return run_tests(program, spec.steps, spec.setup, spec.bind, spec.io, limits)
 
             results = self._executor.map(run, jobs.values())
@@ -188,6 +190,9 @@ class CodeReward(Reward):
     def _score(self, result: SandboxResult) -> float | None:
         self.count(f"sandbox/{result.isolation}", not result.detail.get("skipped"))
         self.count("timeouts", result.status == "timeout")
+        self.count("unjudged", result.status == "unjudged")
+        if result.status == "unjudged":
+            return None
         if result.status == "error":
             self.count("errors")
             logger.warning("sandbox harness error: %s", result.detail.get("error"))

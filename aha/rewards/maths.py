@@ -1,8 +1,13 @@
 """Math answers: find the final answer in a completion (extraction), then decide if it equals the gold answer
 (comparison). Numbers are compared here, in-process; anything symbolic goes to math-verify in a pool of
-killable workers with a wall-clock limit and a memory cap, so `2^{10^{10}}` costs one timeout, not a hang."""
+killable workers with a wall-clock limit and a memory cap per comparison, so one slow answer costs one
+timeout, not a hang. Answers too large to evaluate (`2^{10^{10}}`) are set aside before they reach it.
+
+A comparison that was not decided (time or memory limit, an answer too large to evaluate, a call budget
+run out) is not a wrong answer: its reward is None, which the trainer excludes and counts."""
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
@@ -18,12 +23,15 @@ MAX_BOXES = 20  # more \boxed{} (or <answer>, or ####) than this is spraying, no
 TAIL_CHARS = 4000  # the last-number fallback looks only at the end of the text
 DEFAULT_TIMEOUT_S = 3.0
 DEFAULT_MEMORY_MB = 1024
-DEFAULT_BATCH_TIMEOUT_S = 60.0  # one call never takes longer, however many comparisons time out
+DEFAULT_BATCH_TIMEOUT_S = math.inf  # per-comparison limits bound a call; a finite budget leaves the rest unjudged
+MAX_EXPONENT_DIGITS = 5  # an exponent or factorial argument past 99,999, or any tower, is too large to evaluate
 FLOAT_ROUNDING = 6  # decimal places, as math-verify: 1/3 == 0.333333
 
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _BRACE = re.compile(r"[{}]")
 _LAST_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?")
+_POWER = re.compile(r"\^|\*\*")
+_DIGITS = re.compile(r"\d+")
 
 
 # ---------------------------------------------------------------- extraction
@@ -225,6 +233,44 @@ def fast_verdict(pred: str, gold: str) -> bool | None:
     return any(_same_number(x, y) for x in pvals for y in gvals)
 
 
+def _operand(text: str, start: int) -> str:
+    """The exponent that starts at `start`: a `{...}` group (braces matched) or the token there."""
+    text = text[start:].lstrip()
+    if text.startswith("{"):
+        depth = 0
+        for i, ch in enumerate(text):
+            depth += {"{": 1, "}": -1}.get(ch, 0)
+            if depth == 0:
+                return text[1:i]
+        return text[1:]
+    m = re.match(r"\d+|\\?[A-Za-z]+|\(", text)
+    return m.group() if m else text[:1]
+
+
+def too_large(answer: str, max_digits: int | None = MAX_EXPONENT_DIGITS) -> bool:
+    """Would evaluating `answer` build an astronomically large number? An exponent that is itself a power (a
+    tower), or an exponent or factorial argument with more than `max_digits` digits. None disables the check.
+
+    >>> too_large("2^{10^{10}}"), too_large("(10^{10})!"), too_large("2^{100000}"), too_large("2^{10} + 3!")
+    (True, True, True, False)
+    """
+    if max_digits is None:
+        return False
+    for m in _POWER.finditer(answer):
+        exponent = _operand(answer, m.end())
+        if _POWER.search(exponent) or any(len(d) > max_digits for d in _DIGITS.findall(exponent)):
+            return True
+    for i in (i for i, ch in enumerate(answer) if ch == "!"):
+        head = answer[:i].rstrip()
+        argument = head[head.rfind("(") + 1:] if head.endswith(")") else (_DIGITS.findall(head[-12:]) or [""])[-1]
+        if _POWER.search(argument) or any(len(d) > max_digits for d in _DIGITS.findall(argument)):
+            return True
+    return False
+
+
+UNDECIDED_COUNTERS = {"timeout": "timeouts", "too_large": "too_large", "unjudged": "unjudged", "error": "errors"}
+"""How a comparison went undecided -> the metric that counts it (reward/<counter>)."""
+
 _POOLS: dict[tuple[int, int], WorkerPool] = {}
 _POOLS_LOCK = threading.Lock()
 
@@ -240,15 +286,19 @@ def symbolic_pool(memory_mb: int = DEFAULT_MEMORY_MB) -> WorkerPool:
 
 
 def compare_answers(pairs: list[tuple[str, str]], timeout_s: float = DEFAULT_TIMEOUT_S,
-                    memory_mb: int = DEFAULT_MEMORY_MB,
-                    batch_timeout_s: float = DEFAULT_BATCH_TIMEOUT_S) -> list[tuple[bool | None, str]]:
-    """(verdict, how) for each (pred, gold): verdict None when the gold answer does not parse; how is "fast",
-    "symbolic", "timeout" (a time or memory limit hit, or the batch ran out of time: wrong), or "error" (the
-    pool could not run: None)."""
+                    memory_mb: int = DEFAULT_MEMORY_MB, batch_timeout_s: float = DEFAULT_BATCH_TIMEOUT_S,
+                    max_exponent_digits: int | None = MAX_EXPONENT_DIGITS) -> list[tuple[bool | None, str]]:
+    """(verdict, how) for each (pred, gold). how is "fast" or "symbolic" (decided: verdict True/False, or None
+    when the gold does not parse), else the verdict is None (not decided, never "wrong") and how says why:
+    "too_large" (set aside before evaluation), "timeout" (its own time or memory limit), "unjudged" (the call's
+    `batch_timeout_s` ran out before it was judged) or "error" (the pool could not run)."""
     out: list[tuple[bool | None, str] | None] = []
     symbolic: dict[tuple[str, str], list[int]] = {}
     for i, (pred, gold) in enumerate(pairs):
         verdict = fast_verdict(pred, gold)
+        if verdict is None and too_large(pred, max_exponent_digits):
+            out.append((None, "too_large"))
+            continue
         out.append(None if verdict is None else (verdict, "fast"))
         if verdict is None:
             symbolic.setdefault((pred, gold), []).append(i)  # GRPO groups repeat answers: judge each pair once
@@ -258,10 +308,8 @@ def compare_answers(pairs: list[tuple[str, str]], timeout_s: float = DEFAULT_TIM
         for key, (status, reply) in zip(keys, replies):
             if status == "ok" and "limit" not in reply:
                 result = (bool(reply["equal"]) if reply["gold_ok"] else None, "symbolic")
-            elif status in ("ok", "timeout", "crash"):
-                result = (False, "timeout")
             else:
-                result = (None, "error")
+                result = (None, {"ok": "timeout", "crash": "timeout"}.get(status, status))
             for i in symbolic[key]:
                 out[i] = result
     return out  # type: ignore[return-value]
@@ -285,9 +333,9 @@ def answers_equal(pred: str, gold: str, timeout_s: float = DEFAULT_TIMEOUT_S) ->
 
 class MathReward(Reward):
     """1.0 when the completion's final answer equals the gold answer in `answer_column`, else 0.0; None (and a
-    `data_errors` count) when the gold answer cannot be parsed. A symbolic comparison gets `timeout_s` of wall
-    clock and `memory_mb` of address space, a whole call `batch_timeout_s`; one cut off is wrong and counts in
-    `timeouts`.
+    `data_errors` count) when the gold answer is missing or cannot be parsed. Each symbolic comparison gets
+    `timeout_s` of wall clock and `memory_mb` of address space; one that is not decided is None, never 0.0, and
+    counts in `timeouts`, `too_large` or `unjudged` (a finite `batch_timeout_s` for the whole call ran out).
 
     >>> MathReward()(["1+1?"], ["<answer>2</answer>"], answer=["2"])
     [1.0]
@@ -297,8 +345,10 @@ class MathReward(Reward):
 
     def __init__(self, answer_column: str = "answer", last_number_fallback: bool = True,
                  timeout_s: float = DEFAULT_TIMEOUT_S, memory_mb: int = DEFAULT_MEMORY_MB,
-                 batch_timeout_s: float = DEFAULT_BATCH_TIMEOUT_S):
+                 batch_timeout_s: float = DEFAULT_BATCH_TIMEOUT_S,
+                 max_exponent_digits: int | None = MAX_EXPONENT_DIGITS):
         super().__init__()
+        self.max_exponent_digits = max_exponent_digits
         self.answer_column = answer_column
         self.last_number_fallback = last_number_fallback
         self.timeout_s = timeout_s
@@ -322,12 +372,12 @@ class MathReward(Reward):
             if pred is not None:
                 pairs.append((pred, gold_text))
                 where.append(i)
-        for i, (verdict, how) in zip(where, compare_answers(pairs, self.timeout_s, self.memory_mb,
-                                                                  self.batch_timeout_s)):
+        verdicts = compare_answers(pairs, self.timeout_s, self.memory_mb, self.batch_timeout_s, self.max_exponent_digits)
+        for i, (verdict, how) in zip(where, verdicts):
             rewards[i] = None if verdict is None else float(verdict)
-            self.count("timeouts", how == "timeout")
+            for how_name, counter in UNDECIDED_COUNTERS.items():
+                self.count(counter, how == how_name)
             self.count("data_errors", verdict is None and how == "symbolic")
-            self.count("errors", how == "error")
         return rewards
 
 

@@ -110,9 +110,88 @@ class _Worker:
         self.sock.close()
 
 
+class _Run:
+    """The state of one `WorkerPool.map` call: which tasks wait, run, crashed or finished."""
+
+    def __init__(self, pool: "WorkerPool", tasks: list[Any], timeout_s: float, budget_end: float):
+        self.pool, self.tasks, self.timeout_s, self.budget_end = pool, tasks, timeout_s, budget_end
+        self.results: list[tuple[str, Any] | None] = [None] * len(tasks)
+        self.todo = list(range(len(tasks)))[::-1]  # pop() takes from the front of the batch
+        self.crashes = [0] * len(tasks)
+        self.stillborn = 0  # workers that died before saying ready
+        self.sel = selectors.DefaultSelector()
+        for w in pool._workers:
+            self.sel.register(w.fd, selectors.EVENT_READ, w)
+        while len(pool._workers) < pool.size and self.spawn():
+            pass
+
+    def spawn(self) -> bool:
+        w = self.pool._spawn()
+        if w is not None:
+            self.pool._workers.append(w)
+            self.sel.register(w.fd, selectors.EVENT_READ, w)
+        return w is not None
+
+    def replace(self, w: _Worker) -> None:
+        self.sel.unregister(w.fd)
+        w.kill()
+        self.pool._workers.remove(w)
+        self.spawn()
+
+    def hand_out(self) -> None:
+        for w in list(self.pool._workers):
+            if w.ready and w.task is None and self.todo:
+                try:
+                    w.send(self.tasks[self.todo[-1]])
+                except OSError:  # died while idle; the task waits for the next worker
+                    w.dead = True
+                    self.replace(w)
+                    continue
+                w.task, w.deadline = self.todo.pop(), time.monotonic() + self.timeout_s
+
+    def read(self, w: _Worker) -> None:
+        lines = w.read_lines()
+        if lines is None:  # end of file: the worker is gone
+            self.stillborn += not w.ready
+            if w.task is not None:
+                self.crashes[w.task] += 1
+                if self.crashes[w.task] < MAX_CRASHES:  # perhaps killed from outside: try once more
+                    self.todo.append(w.task)
+                else:
+                    self.results[w.task] = ("crash", None)
+            self.replace(w)
+            return
+        for line in lines:
+            if not w.ready:
+                w.ready = line.strip() == b"ready"
+            elif w.task is not None:
+                try:
+                    self.results[w.task] = ("ok", json.loads(line))
+                except ValueError:
+                    self.results[w.task] = ("crash", None)
+                w.task = None
+
+    def expire(self, now: float) -> None:
+        """Kill the workers whose task ran past its own limit."""
+        for w in list(self.pool._workers):
+            if w.task is not None and now > w.deadline:
+                self.results[w.task] = ("timeout", None)
+                self.replace(w)
+
+    def abort(self, now: float) -> None:
+        """The call's budget ran out (or no worker can run): what is not finished is unjudged (or an error)."""
+        over = now > self.budget_end
+        for w in [w for w in self.pool._workers if w.task is not None]:
+            self.results[w.task] = ("unjudged", None) if over else ("timeout", None)
+            self.replace(w)
+        for i in self.todo:
+            self.results[i] = ("unjudged", None) if over else ("error", None)
+
+
 class WorkerPool:
     """`map(tasks, timeout_s)` runs JSON tasks on the workers and returns, per task, ("ok", reply),
-    ("timeout", None) when it ran past `timeout_s` of its own wall clock (or the call ran past `budget_s`),
+    ("timeout", None) when it ran past `timeout_s` of its own wall clock, ("unjudged", None) when the call ran
+    past `budget_s` before it finished,
     ("crash", None) when its worker died twice, or ("error", None) when no worker could be started.
     Thread-safe (calls are serialised); reusable; shut down at interpreter exit."""
 
@@ -147,79 +226,21 @@ class WorkerPool:
         return None
 
     def _map(self, tasks: list[Any], timeout_s: float, budget_end: float) -> list[tuple[str, Any]]:
-        results: list[tuple[str, Any] | None] = [None] * len(tasks)
-        todo = list(range(len(tasks)))[::-1]  # pop() takes from the front of the batch
-        crashes = [0] * len(tasks)
-        stillborn = 0  # workers that died before saying ready
-        sel = selectors.DefaultSelector()
-
-        def spawn() -> bool:
-            w = self._spawn()
-            if w is not None:
-                self._workers.append(w)
-                sel.register(w.fd, selectors.EVENT_READ, w)
-            return w is not None
-
-        def replace(w: _Worker) -> None:
-            sel.unregister(w.fd)
-            w.kill()
-            self._workers.remove(w)
-            spawn()
-
-        for w in self._workers:
-            sel.register(w.fd, selectors.EVENT_READ, w)
-        while len(self._workers) < self.size and spawn():
-            pass
+        run = _Run(self, tasks, timeout_s, budget_end)
         try:
-            while todo or any(w.task is not None for w in self._workers):
+            while run.todo or any(w.task is not None for w in self._workers):
                 now = time.monotonic()
-                if not self._workers or now > budget_end or stillborn > len(tasks) + self.size:
-                    for w in [w for w in self._workers if w.task is not None]:
-                        results[w.task] = ("timeout", None)
-                        replace(w)
-                    for i in todo:
-                        results[i] = ("timeout", None) if now > budget_end else ("error", None)
+                if not self._workers or now > budget_end or run.stillborn > len(tasks) + self.size:
+                    run.abort(now)
                     break
-                for w in list(self._workers):  # hand out work
-                    if w.ready and w.task is None and todo:
-                        try:
-                            w.send(tasks[todo[-1]])
-                        except OSError:  # died while idle; the task waits for the next worker
-                            w.dead = True
-                            replace(w)
-                            continue
-                        w.task, w.deadline = todo.pop(), time.monotonic() + timeout_s
+                run.hand_out()
                 waits = [budget_end - now] + [w.deadline - now for w in self._workers if w.task is not None]
-                for key, _ in sel.select(timeout=max(0.0, min(waits + [1.0]))):
-                    w = key.data
-                    lines = w.read_lines()
-                    if lines is None:  # end of file: the worker is gone
-                        stillborn += not w.ready
-                        if w.task is not None:
-                            crashes[w.task] += 1
-                            if crashes[w.task] < MAX_CRASHES:  # perhaps killed from outside: try once more
-                                todo.append(w.task)
-                            else:
-                                results[w.task] = ("crash", None)
-                        replace(w)
-                        continue
-                    for line in lines:
-                        if not w.ready:
-                            w.ready = line.strip() == b"ready"
-                        elif w.task is not None:
-                            try:
-                                results[w.task] = ("ok", json.loads(line))
-                            except ValueError:
-                                results[w.task] = ("crash", None)
-                            w.task = None
-                now = time.monotonic()
-                for w in list(self._workers):
-                    if w.task is not None and now > w.deadline:
-                        results[w.task] = ("timeout", None)
-                        replace(w)
+                for key, _ in run.sel.select(timeout=max(0.0, min(waits + [1.0]))):
+                    run.read(key.data)
+                run.expire(time.monotonic())
         finally:
-            sel.close()
-        return [r if r is not None else ("error", None) for r in results]
+            run.sel.close()
+        return [r if r is not None else ("error", None) for r in run.results]
 
     def close(self) -> None:
         if os.getpid() != self._pid:  # a forked child must not kill its parent's workers

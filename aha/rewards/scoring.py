@@ -7,8 +7,9 @@ import asyncio
 import inspect
 import logging
 import math
+import signal
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any, Callable, Iterable
 
 logger = logging.getLogger(__name__)
@@ -52,6 +53,15 @@ def check_columns(reward_funcs: list[Callable], columns: Iterable[str]) -> None:
                 raise _missing_column(fn, col, columns)
 
 
+def check_not_all_null(reward_funcs: list[Callable], rows: list[dict]) -> None:
+    """Raise before training when a column a reward needs is null in every row: it could never give a value."""
+    for fn in reward_funcs:
+        for col in needed_columns(fn):
+            if rows and all(r.get(col) is None for r in rows):
+                raise ValueError(f"column {col!r} is null in all {len(rows)} rows; reward function {reward_name(fn)} "
+                                 "has nothing to compare against")
+
+
 def _first_time(key: str) -> bool:
     """True the first time `key` is seen in this process: each kind of failure is logged once."""
     with _LOGGED_LOCK:
@@ -72,60 +82,153 @@ def _as_float(v: Any) -> float:
     return x if math.isfinite(x) else math.nan
 
 
-def score_completions(reward_funcs: list[Callable], prompts: list, completions: list, columns: dict[str, list],
-                      completion_ids: list | None = None, trainer_state: Any = None) -> tuple[Any, dict[str, float]]:
-    """Rewards [N, F] (float32, NaN where a value is None, non-finite, or its function raised) and metrics:
-    `reward/errors` (raised calls), `reward/nan` (returned values that are NaN, inf or not numbers; None is
-    "not applicable" and not counted), `reward/<name>/none_frac` (share of NaN in the column), and each function's
-    `pop_metrics()` as `reward/<key>`, summed over functions.
+class RewardTimeout(BaseException):
+    """A reward call ran past its wall-clock limit. A BaseException, like KeyboardInterrupt, so that a reward
+    function's own `except Exception` cannot swallow it."""
 
-    Async functions are awaited together (asyncio.gather) on a helper thread while the sync ones run one after
-    another on the calling thread: verifiers parallelise their own batches, and libraries such as math-verify
-    use signal-based timeouts that only work on the main thread."""
+
+WATCHDOG_SIGNAL = signal.SIGUSR2
+"""Sent to the main thread when a synchronous reward call runs past its limit (SIGALRM stays free for
+libraries such as math-verify, whose own time-outs use it)."""
+ASYNC_GRACE_S = 5.0
+"""Extra wait for the async helper thread after its calls were cancelled at their limit."""
+
+
+@contextmanager
+def _deadline(seconds: float):
+    """Raise RewardTimeout in the main thread once `seconds` have passed: a timer thread signals it, and the
+    handler raises between two bytecodes, interrupting sleeps and lock waits too. A no-op off the main thread."""
+    if not math.isfinite(seconds) or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    state = {"done": False}
+
+    def on_signal(signum, frame):
+        if not state["done"]:
+            raise RewardTimeout()
+
+    previous = signal.signal(WATCHDOG_SIGNAL, on_signal)
+    timer = threading.Timer(seconds, signal.pthread_kill, (threading.main_thread().ident, WATCHDOG_SIGNAL))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        state["done"] = True
+        timer.cancel()
+        signal.signal(WATCHDOG_SIGNAL, previous)
+
+
+def _call_sync(fn: Callable, timeout_s: float, **kwargs: Any) -> Any:
+    """fn(**kwargs), or the exception it raised (RewardTimeout past `timeout_s`). On the main thread it runs
+    there (libraries with signal-based time-outs need it); on another thread it runs on a daemon thread that
+    is abandoned at the limit."""
+    if threading.current_thread() is threading.main_thread() or not math.isfinite(timeout_s):
+        try:
+            with _deadline(timeout_s):
+                return fn(**kwargs)
+        except (Exception, RewardTimeout) as e:  # noqa: BLE001 - any failure is excluded and counted
+            return e
+    box: list[Any] = [RewardTimeout()]
+
+    def run():
+        box[0] = _call_sync(fn, math.inf, **kwargs)
+
+    worker = threading.Thread(target=run, daemon=True, name="aha-reward-call")
+    worker.start()
+    worker.join(timeout_s)
+    return box[0]
+
+
+def _start_async(fns: list[Callable], timeout_s: float, **kwargs: Any) -> Callable[[], list]:
+    """Start awaiting the async reward functions together on a daemon thread, each with `timeout_s`; returns a
+    function that waits for them (bounded) and gives their outcomes as _call_sync's. A coroutine that blocks
+    its event loop past the limit is abandoned with its thread."""
+    limit = None if not math.isfinite(timeout_s) else timeout_s
+
+    async def one(fn):
+        try:
+            return await asyncio.wait_for(fn(**kwargs), limit)
+        except asyncio.TimeoutError:
+            return RewardTimeout()
+
+    async def gather() -> list:
+        return await asyncio.gather(*(one(fn) for fn in fns), return_exceptions=True)
+
+    box: list[Any] = [[RewardTimeout() for _ in fns]]
+    worker = threading.Thread(target=lambda: box.__setitem__(0, asyncio.run(gather())), daemon=True,
+                              name="aha-async-rewards")
+    worker.start()
+
+    def outcomes() -> list:
+        worker.join(None if limit is None else limit + ASYNC_GRACE_S)
+        return box[0]
+
+    return outcomes
+
+
+def _values(fn: Callable, outcome: Any, n: int, columns: Iterable[str], kwargs: dict) -> list | None:
+    """The n values a call returned; None when it raised or timed out (logged once per function)."""
+    name = reward_name(fn)
+    if isinstance(outcome, KeyError) and outcome.args and outcome.args[0] not in kwargs:
+        raise _missing_column(fn, outcome.args[0], columns) from outcome
+    if isinstance(outcome, RewardTimeout):
+        if _first_time(name + "/timeout"):
+            logger.error("reward function %s ran past its time limit (reward_timeout); its rewards are excluded", name)
+        return None
+    if isinstance(outcome, BaseException):
+        if not isinstance(outcome, Exception):
+            raise outcome  # KeyboardInterrupt, SystemExit: not ours to swallow
+        if _first_time(name):
+            logger.error("reward function %s raised; its rewards are NaN for this batch", name,
+                         exc_info=(type(outcome), outcome, outcome.__traceback__))
+        return None
+    if outcome is None or isinstance(outcome, (str, bytes, dict)) or not hasattr(outcome, "__len__"):
+        raise ValueError(f"reward function {name} returned {type(outcome).__name__} {outcome!r:.40}; "
+                         f"expected a list of {n} values (one per completion, None where not applicable)")
+    values = list(outcome)
+    if len(values) != n:
+        raise ValueError(f"reward function {name} returned {len(values)} values, expected {n}")
+    return values
+
+
+def score_completions(reward_funcs: list[Callable], prompts: list, completions: list, columns: dict[str, list],
+                      completion_ids: list | None = None, trainer_state: Any = None,
+                      timeout_s: float = math.inf) -> tuple[Any, dict[str, float]]:
+    """Rewards [N, F] (float32, NaN where a value is None, non-finite, or its function raised or timed out) and
+    metrics: `reward/errors` (calls that raised), `reward/call_timeouts` (calls cut at `timeout_s`),
+    `reward/nan` (returned values that are NaN, inf or not numbers; None is "not applicable" and not counted),
+    `reward/<name>/none_frac` (share of NaN in the column), and each function's `pop_metrics()` as
+    `reward/<key>`, summed over functions.
+
+    Async functions are awaited together on a helper thread while the sync ones run one after another on the
+    calling thread: verifiers parallelise their own batches, and libraries such as math-verify use signal-based
+    time-outs that only work on the main thread. Every call gets `timeout_s` of wall clock."""
     import torch  # here, so that the verifiers themselves import without torch
 
     n = len(completions)
-    kwargs: dict[str, Any] = dict(columns)
+    kwargs: dict[str, Any] = dict(columns, prompts=prompts, completions=completions)
     if completion_ids is not None:
         kwargs["completion_ids"] = completion_ids
     if trainer_state is not None:
         kwargs["trainer_state"] = trainer_state  # as TRL passes it: curricula read trainer_state.global_step
-    outcomes: list[Any] = [None] * len(reward_funcs)
     async_idx = [i for i, fn in enumerate(reward_funcs) if _is_async(fn)]
-
-    async def gather() -> list:
-        calls = [reward_funcs[i](prompts=prompts, completions=completions, **kwargs) for i in async_idx]
-        return await asyncio.gather(*calls, return_exceptions=True)
-
-    with ThreadPoolExecutor(1, thread_name_prefix="aha-async-rewards") as ex:
-        async_future = ex.submit(asyncio.run, gather()) if async_idx else None
-        for i, fn in enumerate(reward_funcs):
-            if i not in async_idx:
-                try:
-                    outcomes[i] = fn(prompts=prompts, completions=completions, **kwargs)
-                except Exception as e:  # noqa: BLE001 - any failure is excluded and counted
-                    outcomes[i] = e
-        if async_future is not None:
-            for i, value in zip(async_idx, async_future.result()):
-                outcomes[i] = value
+    outcomes: list[Any] = [None] * len(reward_funcs)
+    async_outcomes = _start_async([reward_funcs[i] for i in async_idx], timeout_s, **kwargs) if async_idx else None
+    for i, fn in enumerate(reward_funcs):
+        if i not in async_idx:
+            outcomes[i] = _call_sync(fn, timeout_s, **kwargs)
+    for i, value in zip(async_idx, async_outcomes() if async_outcomes else []):
+        outcomes[i] = value
 
     rewards = torch.full((n, len(reward_funcs)), math.nan, dtype=torch.float32)  # [N, F]
-    metrics: dict[str, float] = {"reward/errors": 0.0, "reward/nan": 0.0}
+    metrics: dict[str, float] = {"reward/errors": 0.0, "reward/call_timeouts": 0.0, "reward/nan": 0.0}
     for j, (fn, outcome) in enumerate(zip(reward_funcs, outcomes)):
         name = reward_name(fn)
-        if isinstance(outcome, KeyError) and outcome.args and outcome.args[0] not in kwargs:
-            raise _missing_column(fn, outcome.args[0], columns) from outcome
-        if isinstance(outcome, BaseException):
-            if not isinstance(outcome, Exception):
-                raise outcome  # KeyboardInterrupt, SystemExit: not ours to swallow
-            metrics["reward/errors"] += 1
-            if _first_time(name):
-                logger.error("reward function %s raised; its rewards are NaN for this batch", name,
-                             exc_info=(type(outcome), outcome, outcome.__traceback__))
+        values = _values(fn, outcome, n, columns, kwargs)
+        if values is None:
+            metrics["reward/call_timeouts" if isinstance(outcome, RewardTimeout) else "reward/errors"] += 1
         else:
-            values = list(outcome)
-            if len(values) != n:
-                raise ValueError(f"reward function {name} returned {len(values)} values, expected {n}")
             floats = [_as_float(v) for v in values]
             rewards[:, j] = torch.tensor(floats, dtype=torch.float32)
             bad = [v for v, x in zip(values, floats) if v is not None and math.isnan(x)]  # NaN, inf, not a number
@@ -142,7 +245,8 @@ def score_completions(reward_funcs: list[Callable], prompts: list, completions: 
 
 
 def score_groups(reward_funcs: list[Callable], rows: list[dict], texts: list[str], n: int,
-                 completion_ids: list | None = None, trainer_state: Any = None) -> tuple[Any, dict[str, float]]:
+                 completion_ids: list | None = None, trainer_state: Any = None,
+                 timeout_s: float = math.inf) -> tuple[Any, dict[str, float]]:
     """Score n completions of each row, prompt-major (texts i*n .. i*n+n-1 answer rows[i]): the one entry point
     that training, evaluation and rejection sampling share. Each row's prompt and columns are repeated n times and
     completions of chat prompts are wrapped as assistant messages, as TRL passes them. Returns rewards [N, F] and
@@ -152,8 +256,8 @@ def score_groups(reward_funcs: list[Callable], rows: list[dict], texts: list[str
     completions = [[{"role": "assistant", "content": t}] for t in texts] if is_conversational(rows[0]["prompt"]) \
         else list(texts)
     columns = {k: [r.get(k) for r in rows for _ in range(n)] for k in rows[0] if k != "prompt"}
-    rewards, metrics = score_completions(reward_funcs, prompts, completions, columns,
-                                         completion_ids=completion_ids, trainer_state=trainer_state)  # [N, F]
+    rewards, metrics = score_completions(reward_funcs, prompts, completions, columns, completion_ids=completion_ids,
+                                         trainer_state=trainer_state, timeout_s=timeout_s)  # [N, F]
     for j, fn in enumerate(reward_funcs):
         col = rewards[:, j]
         ok = col[col.isfinite()]

@@ -29,7 +29,7 @@ from ..config import GRPOConfig
 from ..data import encode_prompt, load_rows
 from ..metrics import append_jsonl
 from ..models import context_length, setup_model
-from ..rewards import check_columns, get_reward, reward_name, score_groups
+from ..rewards import check_columns, check_not_all_null, get_reward, reward_name, score_groups
 from ..rollout import HFEngine, SamplingParams
 from .logprobs import completion_logprobs
 from .loop import PromptSampler, Trainer, build_optimizer, optimizer_step, seed_everything
@@ -39,6 +39,32 @@ TIME_FLOOR_S = 1e-9
 COMPLETIONS_LOG = "completions.jsonl"
 
 
+def import_reward(spec: str) -> Callable:
+    """"module:function" -> the function; the module is looked up on sys.path and then in the current
+    directory (so `reward_funcs=[myrew:exact]` finds ./myrew.py). Either missing is one clear error."""
+    import importlib
+    import os
+    import sys
+    module, _, attr = spec.partition(":")
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name != module.split(".")[0] or os.getcwd() in sys.path:
+            raise ValueError(f"reward function {spec!r}: cannot import module {module!r}: {e}") from e
+        sys.path.append(os.getcwd())
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as e2:
+            raise ValueError(f"reward function {spec!r}: no module {module!r} on the Python path or in the current "
+                             f"directory ({os.getcwd()})") from e2
+        finally:
+            sys.path.remove(os.getcwd())
+    fn = getattr(mod, attr, None)
+    if not callable(fn):
+        raise ValueError(f"reward function {spec!r}: module {module!r} ({mod.__file__}) has no function {attr!r}")
+    return fn
+
+
 def resolve_reward_funcs(specs: list, kwargs: dict | None = None) -> list[Callable]:
     """Callables pass through; names come from aha.rewards; "module:function" is imported."""
     out = []
@@ -46,9 +72,7 @@ def resolve_reward_funcs(specs: list, kwargs: dict | None = None) -> list[Callab
         if callable(spec):
             out.append(spec)
         elif isinstance(spec, str) and ":" in spec:
-            import importlib
-            module, _, attr = spec.partition(":")
-            out.append(getattr(importlib.import_module(module), attr))
+            out.append(import_reward(spec))
         elif isinstance(spec, str):
             out.append(get_reward(spec, **(kwargs or {}).get(spec, {})))
         else:
@@ -116,6 +140,7 @@ class GRPOTrainer(Trainer):
         self.reward_weights = torch.tensor(w, dtype=torch.float32)                  # [F]
         self.rows = load_rows(train_dataset, args.prompt_column)
         check_columns(self.reward_funcs, {k: None for k in self.rows[0]})
+        check_not_all_null(self.reward_funcs, self.rows)
 
         self.model, self.tokenizer = setup_model(args, model, processing_class, peft_config)
         self.is_peft = hasattr(self.model, "peft_config")
@@ -176,7 +201,8 @@ class GRPOTrainer(Trainer):
         t_gen = time.perf_counter() - t0
         texts = self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)  # N
         state = SimpleNamespace(global_step=self.step_count, max_steps=self.max_steps)  # TRL's TrainerState fields
-        rpf, metrics = score_groups(self.reward_funcs, rows, texts, G, out.completion_ids, state)  # [N,F]
+        rpf, metrics = score_groups(self.reward_funcs, rows, texts, G, out.completion_ids, state,
+                                    a.reward_timeout)                                # [N,F]
         rewards = self._combine(rpf)                                                 # [N]
         ok = rewards[torch.isfinite(rewards)]
         advantages, adv_metrics = algos.compute_advantages(a.advantage_estimator, rewards, G)  # [N]

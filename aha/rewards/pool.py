@@ -119,6 +119,7 @@ class _Run:
         self.todo = list(range(len(tasks)))[::-1]  # pop() takes from the front of the batch
         self.crashes = [0] * len(tasks)
         self.stillborn = 0  # workers that died before saying ready
+        self.latency: list[float | None] = [None] * len(tasks)  # seconds from hand-out to reply
         self.sel = selectors.DefaultSelector()
         for w in pool._workers:
             self.sel.register(w.fd, selectors.EVENT_READ, w)
@@ -169,6 +170,7 @@ class _Run:
                     self.results[w.task] = ("ok", json.loads(line))
                 except ValueError:
                     self.results[w.task] = ("crash", None)
+                self.latency[w.task] = time.monotonic() - (w.deadline - self.timeout_s)
                 w.task = None
 
     def expire(self, now: float) -> None:
@@ -200,6 +202,8 @@ class WorkerPool:
         self.size = size or default_size()
         self._zygote: _Zygote | None = None
         self._workers: list[_Worker] = []
+        self.last_latencies: list[float | None] = []
+        """Seconds from hand-out to reply of each task of the latest map (None: no reply), for benchmarks."""
         self._lock = threading.Lock()
         self._pid = os.getpid()
         # The zygote dies with the thread that started it (PR_SET_PDEATHSIG), so one long-lived thread starts
@@ -240,6 +244,7 @@ class WorkerPool:
                 run.expire(time.monotonic())
         finally:
             run.sel.close()
+        self.last_latencies = run.latency
         return [r if r is not None else ("error", None) for r in run.results]
 
     def close(self) -> None:

@@ -3,8 +3,8 @@
     .venv/bin/python benchmarks/rewards_load.py                 # 5,000 math + 200 code completions
     .venv/bin/python benchmarks/rewards_load.py --math 1000 --code 50
 
-Math: 60% plain numbers (decided in-process), 37% symbolic (math-verify in the killable pool: `\\frac{a}{b}`
-vs a decimal, `\\sqrt{4k}` vs `2\\sqrt{k}`, `a^{b}` vs its value), 3% "bombs" (`k^{10^{10}}`), half of the
+Math: 60% plain numbers (decided in-process), 37% symbolic (math-verify in the killable pool:
+`\\frac{k}{\\sqrt{2}}` vs `\\frac{k\\sqrt{2}}{2}`, `\\sqrt{4k}` vs `2\\sqrt{k}`, `2^{e}+k` vs its value), 3% "bombs" (`k^{10^{10}}`), half of the
 numeric and symbolic answers right. Run twice: as shipped (bombs are set aside as too large to evaluate) and
 with that screen off, so every bomb reaches the pool and burns its whole per-comparison limit.
 Code: 45% right, 45% wrong, 10% infinite loops, each program under the sandbox with the default limits.
@@ -66,17 +66,17 @@ def math_load(n: int, rng: random.Random) -> list[tuple[str, str, str]]:
             a = rng.randint(1, 10 ** 6)
             rows.append((f"so the answer is \\boxed{{{a if right else a + 1}}}", str(a), f"numeric_{right}"))
         elif u < 0.97:
-            k, form = rng.randint(2, 400), rng.randrange(3)
-            if form == 0:   # \frac{1}{k} vs its decimal
-                pred, gold = f"\\frac{{1}}{{{k}}}", f"{1 / (k if right else k + 1):.10f}"
+            k, form = rng.randint(2, 5000), rng.randrange(3)
+            if form == 0:    # \frac{k}{\sqrt{2}} vs \frac{k\sqrt{2}}{2}
+                pred, gold = f"\\frac{{{k}}}{{\\sqrt{{2}}}}", f"\\frac{{{k if right else k + 1}\\sqrt{{2}}}}{{2}}"
             elif form == 1:  # \sqrt{4k} vs 2\sqrt{k}
                 pred, gold = f"\\sqrt{{{4 * k}}}", f"{2 if right else 3}\\sqrt{{{k}}}"
-            else:            # 2^{k mod 40} vs its value
+            else:            # 2^{e} + k vs its value
                 e = k % 40 + 2
-                pred, gold = f"2^{{{e}}}", str(2 ** e if right else 2 ** e + 1)
+                pred, gold = f"2^{{{e}}}+{k}", str(2 ** e + k + (0 if right else 1))
             rows.append((f"Hence \\boxed{{{pred}}}.", gold, f"symbolic_{right}"))
         else:
-            rows.append((f"\\boxed{{{rng.randint(2, 9)}^{{10^{{{rng.randint(9, 12)}}}}}}}", "5", "bomb"))
+            rows.append((f"\\boxed{{{rng.randint(2, 9)}^{{10^{{{rng.randint(9, 10 ** 6)}}}}}}}", "5", "bomb"))  # distinct
     return rows
 
 
@@ -145,7 +145,8 @@ def main():
     rows = math_load(a.math, rng)
     print("math, as shipped:", json.dumps(run_math(rows), indent=1))
     print("math, bombs sent to the pool:", json.dumps(run_math(rows, max_exponent_digits=None), indent=1))
-    print("code:", json.dumps(run_code(code_load(a.code, rng)), indent=1))
+    if a.code:
+        print("code:", json.dumps(run_code(code_load(a.code, rng)), indent=1))
 
 
 if __name__ == "__main__":

@@ -41,7 +41,8 @@ def test_format_gate_pays_correctness_only_with_the_format():
     good, bare = "<think>6*7</think><answer>42</answer>", r"\boxed{42}"
     assert gated(None, [good, bare, good], answer=["42", "42", None]) == [1.0, 0.0, None]
     assert gated.__name__ == "math" and gated.required_columns == ("answer",)
-    assert gated.pop_metrics() == {"data_errors": 1.0, "timeouts": 0.0, "errors": 0.0}  # zeros logged too
+    assert gated.pop_metrics() == {"data_errors": 1.0, "timeouts": 0.0, "too_large": 0.0, "unjudged": 0.0,
+                                   "errors": 0.0}  # zeros logged too
 
 
 # (expression, numbers, expected value or None)

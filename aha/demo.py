@@ -38,7 +38,8 @@ def run_demo(cfg: DemoConfig) -> dict:
     # 2. cold-start SFT on a few worked solutions
     sft_args = SFTConfig(output_dir=str(out / "sft"), model=str(base), learning_rate=cfg.sft_lr,
                          max_steps=cfg.sft_steps, per_device_train_batch_size=cfg.sft_batch,
-                         warmup_steps=10, seed=cfg.seed, progress_bar=cfg.progress_bar, report_to=["jsonl"])
+                         warmup_steps=10, seed=cfg.seed, progress_bar=cfg.progress_bar, report_to=["jsonl"],
+                         overwrite_output_dir=True)  # the demo owns its output_dir: a second run replaces the first
     sft = SFTTrainer(args=sft_args, train_dataset=train[:cfg.sft_examples])
     sft.train()
     sft_dir = sft.save_model()
@@ -58,7 +59,7 @@ def run_demo(cfg: DemoConfig) -> dict:
         num_generations=G, per_device_train_batch_size=cfg.prompts_per_step * G,
         max_completion_length=task.max_completion_length, temperature=1.0, beta=0.0,
         reward_weights=task.reward_weights, eval_steps=cfg.eval_every, seed=cfg.seed,
-        log_completions_steps=0, progress_bar=cfg.progress_bar)
+        log_completions_steps=0, progress_bar=cfg.progress_bar, overwrite_output_dir=True)
     trainer = GRPOTrainer(model=str(sft_dir), reward_funcs=task.rewards(), args=grpo_args,
                           train_dataset=train[cfg.sft_examples:],
                           eval_fn=make_eval_fn(task, test[:cfg.eval_during]))

@@ -104,8 +104,13 @@ def _output(stage_dir: Path, kind: str) -> str:
 
 
 def _run_stage(kind: str, fields: dict[str, Any], stage_dir: Path) -> dict:
+    """Run a stage into its directory; a training stage left unfinished by an earlier run starts over
+    there (overwrite_output_dir) unless the recipe says resume: true for it."""
     stage = get_stage(kind)
-    return stage.run(from_dict(stage.config, {**fields, "output_dir": str(stage_dir)}))
+    values = {**fields, "output_dir": str(stage_dir)}
+    if "overwrite_output_dir" in {f.name for f in dataclasses.fields(stage.config)}:
+        values.setdefault("overwrite_output_dir", not values.get("resume", False))
+    return stage.run(from_dict(stage.config, values))
 
 
 def run_recipe(path: str, overrides: list[str] | None = None) -> dict:

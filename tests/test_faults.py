@@ -473,3 +473,45 @@ def test_reward_modules_resolve_from_the_current_directory_or_are_named(tmp_path
     with pytest.raises(ValueError, match=r"'myrew_for_test:missing': module 'myrew_for_test' .* has no function "
                                          r"'missing'"):
         resolve_reward_funcs(["myrew_for_test:missing"])
+
+
+def test_a_second_run_into_the_same_output_dir_is_refused_not_appended(tiny_dir, tmp_path):
+    run = tmp_path / "run"
+    grpo(tiny_dir, run).train()
+    rows = (run / "metrics.jsonl").read_text()
+    (run / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match=r"output_dir .*run holds an earlier run \(checkpoint-2, completions"
+                                              r"|output_dir .*run holds an earlier run \(checkpoint-2, config.yaml"):
+        grpo(tiny_dir, run).train()
+    assert (run / "metrics.jsonl").read_text() == rows  # nothing appended
+    t = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], train_dataset=PROMPTS,
+                    args=grpo_args(run, overwrite_output_dir=True))
+    t.train()
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2] and (run / "notes.txt").read_text() == "mine"  # the old run's files only are replaced
+
+
+def test_a_reward_that_always_raises_stops_the_run_with_its_error(tiny_dir, tmp_path):
+    def broken(prompts, completions, **kw):
+        return [c.strip() for c in [completions]]  # a list has no strip(): fails on every call
+
+    t = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share, broken], train_dataset=PROMPTS,
+                    args=grpo_args(tmp_path / "run", max_steps=6, reward_fail_steps=2))
+    with pytest.raises(RuntimeError, match=r"reward function broken raised or timed out on 2 consecutive steps "
+                                           r"\(last: AttributeError\(\"'list' object has no attribute 'strip'\"\)\)") as e:
+        t.train()
+    assert isinstance(e.value.__cause__, AttributeError) and t.step_count == 1  # stopped in step 2, before its update
+
+
+def test_a_step_that_trains_nothing_logs_nan_not_zero(tiny_dir, tmp_path):
+    def constant(prompts, completions, **kw):
+        return [1.0] * len(completions)  # every group has zero spread: no advantage, nothing to train
+
+    t = GRPOTrainer(model=tiny_dir, reward_funcs=[constant], train_dataset=PROMPTS,
+                    args=grpo_args(tmp_path / "run", max_steps=1))
+    m = t.train()
+    assert m["train/trained_frac"] == 0.0
+    for key in ("entropy", "clip/high", "perf/train_tokens_per_s"):
+        assert math.isnan(m[key]), key
+    row = read_metrics(tmp_path / "run" / "metrics.jsonl")[-1]
+    assert row["entropy"] is None and row["perf/train_tokens_per_s"] is None

@@ -50,7 +50,7 @@ def test_metrics_are_normalised_as_documented(tiny_dir, tmp_path):
     seen = {}
 
     def record(prompts, completions, completion_ids, **kw):
-        values = [float(len(ids) % 3) for ids in completion_ids]
+        values = [float(sum(ids) % 3) for ids in completion_ids]  # spread inside groups: something trains
         seen.update(values=values, lengths=[len(ids) for ids in completion_ids])
         return values
 
@@ -63,7 +63,7 @@ def test_metrics_are_normalised_as_documented(tiny_dir, tmp_path):
     assert m["completion/len_max"] == lengths.max().item()
     groups = v.view(-1, 4)
     assert m["reward/zero_std_frac"] == pytest.approx((groups.std(-1) == 0).float().mean().item())
-    assert 0.0 <= m["clip/low"] <= 1.0 and 0.0 <= m["clip/high"] <= 1.0
+    assert m["train/trained_frac"] > 0 and 0.0 <= m["clip/low"] <= 1.0 and 0.0 <= m["clip/high"] <= 1.0
 
 
 def test_trl_style_rewards_columns_async_none_and_chat(tiny_dir, tmp_path):

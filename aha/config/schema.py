@@ -103,6 +103,8 @@ class TrainConfig:
     """Keep at most this many checkpoints (oldest removed first)."""
     resume: bool = False
     """Continue from the last complete checkpoint in output_dir."""
+    overwrite_output_dir: bool = False
+    """Remove an earlier run's files from output_dir first (without it, a non-empty output_dir is refused)."""
     progress_bar: bool = True
     """Show a terminal progress bar."""
     threads: int = 0
@@ -196,6 +198,8 @@ class GRPOConfig(TrainConfig):
     """How many completions to print when logging them."""
     generation_max_batch: int = 512
     """Most sequences decoded at once."""
+    reward_fail_steps: int = 3
+    """Stop the run when one reward function has raised or timed out on this many consecutive steps (0: never)."""
     reward_timeout: float = 300.0
     """Wall-clock seconds each reward function call may take; past it, that call's rewards are excluded and
     counted in reward/call_timeouts (the run goes on)."""
@@ -219,6 +223,7 @@ class GRPOConfig(TrainConfig):
             "log_completions_steps": (non_negative, ">= 0"),
             "num_completions_to_print": (non_negative, ">= 0"),
             "reward_timeout": (positive, "> 0 seconds"),
+            "reward_fail_steps": (non_negative, ">= 0 (0: never stop)"),
         })
         G, micro, accum = self.num_generations, self.per_device_train_batch_size, self.gradient_accumulation_steps
         if self.generation_batch_size is None:

@@ -16,6 +16,7 @@ logger = logging.getLogger(__name__)
 
 TRL_ARGUMENTS = {"prompts", "completions", "completion_ids", "trainer_state"}
 _LOGGED: set[str] = set()  # functions whose traceback was already logged
+_LAST_FAILURE: dict[str, BaseException] = {}  # function name -> the exception of its latest failed call
 _LOGGED_LOCK = threading.Lock()
 
 
@@ -51,6 +52,11 @@ def check_columns(reward_funcs: list[Callable], columns: Iterable[str]) -> None:
         for col in needed_columns(fn):
             if col not in columns:
                 raise _missing_column(fn, col, columns)
+
+
+def last_failure(name: str) -> BaseException | None:
+    """The exception of the latest call of reward function `name` that raised or timed out."""
+    return _LAST_FAILURE.get(name)
 
 
 def check_not_all_null(reward_funcs: list[Callable], rows: list[dict]) -> None:
@@ -197,6 +203,7 @@ def score_completions(reward_funcs: list[Callable], prompts: list, completions: 
                       timeout_s: float = math.inf) -> tuple[Any, dict[str, float]]:
     """Rewards [N, F] (float32, NaN where a value is None, non-finite, or its function raised or timed out) and
     metrics: `reward/errors` (calls that raised), `reward/call_timeouts` (calls cut at `timeout_s`),
+    `reward/<name>/failed` (1.0 when that function's call raised or timed out),
     `reward/nan` (returned values that are NaN, inf or not numbers; None is "not applicable" and not counted),
     `reward/<name>/none_frac` (share of NaN in the column), and each function's `pop_metrics()` as
     `reward/<key>`, summed over functions.
@@ -226,7 +233,9 @@ def score_completions(reward_funcs: list[Callable], prompts: list, completions: 
     for j, (fn, outcome) in enumerate(zip(reward_funcs, outcomes)):
         name = reward_name(fn)
         values = _values(fn, outcome, n, columns, kwargs)
+        metrics[f"reward/{name}/failed"] = float(values is None)
         if values is None:
+            _LAST_FAILURE[name] = outcome
             metrics["reward/call_timeouts" if isinstance(outcome, RewardTimeout) else "reward/errors"] += 1
         else:
             floats = [_as_float(v) for v in values]

@@ -29,7 +29,7 @@ from ..config import GRPOConfig
 from ..data import encode_prompt, load_rows
 from ..metrics import append_jsonl
 from ..models import context_length, setup_model
-from ..rewards import check_columns, check_not_all_null, get_reward, reward_name, score_groups
+from ..rewards import check_columns, check_not_all_null, get_reward, last_failure, reward_name, score_groups
 from ..rollout import HFEngine, SamplingParams
 from .logprobs import completion_logprobs
 from .loop import PromptSampler, Trainer, build_optimizer, optimizer_step, seed_everything
@@ -154,6 +154,8 @@ class GRPOTrainer(Trainer):
         self.sampler = PromptSampler(len(self.rows), args.seed)
         self.last_batch: GRPOBatch | None = None
         """The latest step's rollouts, for logging completions."""
+        self.fail_streak = {reward_name(f): 0 for f in self.reward_funcs}
+        """Consecutive steps on which each reward function raised or timed out."""
 
     def _encode_all(self) -> list[list[int]]:
         ids = [encode_prompt(self.tokenizer, r["prompt"]) for r in self.rows]
@@ -187,7 +189,7 @@ class GRPOTrainer(Trainer):
             "lr": self.scheduler.get_last_lr()[0],
             "perf/step_s": t2 - t0, "perf/generate_s": t_gen, "perf/train_s": t2 - t1,
             "perf/gen_tokens_per_s": lengths.sum().item() / max(t_gen, TIME_FLOOR_S),
-            "perf/train_tokens_per_s": sums.processed / max(t2 - t1, TIME_FLOOR_S),
+            "perf/train_tokens_per_s": sums.processed / max(t2 - t1, TIME_FLOOR_S) if sums.processed else math.nan,
         })
         self.last_batch = batch
         return metrics
@@ -203,6 +205,7 @@ class GRPOTrainer(Trainer):
         state = SimpleNamespace(global_step=self.step_count, max_steps=self.max_steps)  # TRL's TrainerState fields
         rpf, metrics = score_groups(self.reward_funcs, rows, texts, G, out.completion_ids, state,
                                     a.reward_timeout)                                # [N,F]
+        self._check_failures(metrics)
         rewards = self._combine(rpf)                                                 # [N]
         ok = rewards[torch.isfinite(rewards)]
         advantages, adv_metrics = algos.compute_advantages(a.advantage_estimator, rewards, G)  # [N]
@@ -214,6 +217,15 @@ class GRPOTrainer(Trainer):
                           completion_ids=out.completion_ids, texts=texts, truncated=torch.tensor(out.truncated),
                           rewards_per_func=rpf, rewards=rewards, advantages=advantages, version=out.version)
         return batch, metrics
+
+    def _check_failures(self, metrics: dict[str, float]) -> None:
+        """A reward function that fails step after step is a bug, not noise: stop instead of training on nothing."""
+        for name in self.fail_streak:
+            self.fail_streak[name] = self.fail_streak[name] + 1 if metrics[f"reward/{name}/failed"] else 0
+            if self.args.reward_fail_steps and self.fail_streak[name] >= self.args.reward_fail_steps:
+                raise RuntimeError(f"reward function {name} raised or timed out on {self.fail_streak[name]} "
+                                   f"consecutive steps (last: {last_failure(name)!r}); fix it, or set "
+                                   "reward_fail_steps=0 to train on without it") from last_failure(name)
 
     def _combine(self, rpf: Tensor) -> Tensor:
         """Weighted sum over functions, NaN ignored; NaN only when no function gave a value."""
@@ -251,7 +263,7 @@ class GRPOTrainer(Trainer):
                     skipped += 1
                 else:
                     sums, grad_norms = sums + minibatch, grad_norms + [norm]
-        steps, per_token = len(grad_norms), max(sums.tokens, 1)
+        steps, per_token = len(grad_norms), sums.tokens or math.nan  # nothing trained: NaN, not 0
         metrics = {"loss": sums.loss / steps if steps else math.nan, "entropy": sums.entropy / per_token,
                    "clip/low": sums.clip_low / per_token, "clip/high": sums.clip_high / per_token,
                    "grad_norm": sum(grad_norms) / steps if steps else math.nan,

@@ -9,6 +9,7 @@ import logging
 import math
 import os
 import random
+import re
 import signal
 import threading
 from pathlib import Path
@@ -19,7 +20,7 @@ import torch
 
 from ..config import TrainConfig, save_config
 from ..metrics import keep_steps_through, make_logger
-from ..fileio import DiskFullError
+from ..fileio import DiskFullError, remove_directory
 from ..models import save_model
 from .checkpoint import CorruptCheckpointError, list_checkpoints, load_checkpoint, save_checkpoint
 
@@ -56,6 +57,29 @@ def check_writable(run_dir: Path) -> None:
         if e.errno == errno.ENOSPC:
             raise DiskFullError(probe) from e
         raise PermissionError(f"output_dir {run_dir} is not writable: {e.strerror or e}") from e
+
+
+RUN_FILES = ("config.yaml", "metrics.jsonl", "completions.jsonl", "tensorboard", "model")
+"""What a run writes into output_dir (besides checkpoint-N): their presence means an earlier run is there."""
+CHECKPOINT_NAME = re.compile(r"^\.?checkpoint-\d+(\.tmp|\.old)?$")
+
+
+def check_fresh(run_dir: Path, overwrite: bool) -> None:
+    """Refuse an output_dir that holds an earlier run, whose logs a new run would otherwise append to;
+    with `overwrite`, remove that run's files first (nothing else in the directory is touched)."""
+    old = sorted(p for p in run_dir.iterdir() if p.name in RUN_FILES or CHECKPOINT_NAME.match(p.name)) \
+        if run_dir.is_dir() else []
+    if not old:
+        return
+    if not overwrite:
+        names = ", ".join(p.name for p in old[:4]) + (", ..." if len(old) > 4 else "")
+        raise FileExistsError(f"output_dir {run_dir} holds an earlier run ({names}): set resume=true to continue "
+                              "it, overwrite_output_dir=true to replace it, or choose another output_dir")
+    for p in old:
+        if p.is_dir():
+            remove_directory(p)
+        else:
+            p.unlink()
 
 
 def seed_everything(seed: int) -> None:
@@ -176,8 +200,10 @@ class Trainer(abc.ABC):
         from tqdm.auto import tqdm
         a = self.args
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        save_config(a, self.run_dir / "config.yaml")
         resume = resume_from_checkpoint if resume_from_checkpoint is not None else a.resume
+        if not resume:
+            check_fresh(self.run_dir, a.overwrite_output_dir)
+        save_config(a, self.run_dir / "config.yaml")
         if resume:
             self._resume(None if resume is True else Path(resume))
         logger = make_logger(a.report_to, self.run_dir, self.saved_step if resume else None)

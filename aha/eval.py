@@ -81,11 +81,13 @@ def evaluate(model, tokenizer, task: Task, rows: list[dict], k: list[int] = (1,)
     greedy, glen = _generate(model, tokenizer, rows, 1, SamplingParams(0.0, 1.0, 0, budget),
                              batch_size, seed, "greedy", progress)
     ok = _score(task, verifier, rows, greedy, 1)
-    fmt = _score(task, format_reward, rows, greedy, 1)
-    summary = {"accuracy": sum(ok) / len(rows), "accuracy_ci95": list(wilson(sum(ok), len(rows))),
-               "format_frac": sum(fmt) / len(rows), "len_mean": sum(glen) / len(glen), "num_problems": len(rows)}
-    records = [{"id": r.get("id", i), "answer": r.get("answer"), "greedy": g, "greedy_correct": c}
-               for i, (r, g, c) in enumerate(zip(rows, greedy, ok))]
+    summary = {"accuracy": sum(ok) / len(rows), "accuracy_ci95": list(wilson(sum(ok), len(rows)))}
+    if task.asks_format:  # the share of answers in the format the prompt asked for
+        summary["format_frac"] = sum(_score(task, format_reward, rows, greedy, 1)) / len(rows)
+    summary.update({"len_mean": sum(glen) / len(glen), "num_problems": len(rows)})
+    sent = [tokenizer.decode(encode_prompt(tokenizer, r["prompt"])) for r in rows]
+    records = [{"id": r.get("id", i), "prompt": p, "answer": r.get("answer"), "greedy": g, "greedy_correct": c}
+               for i, (r, p, g, c) in enumerate(zip(rows, sent, greedy, ok))]
     if n_samples:
         texts, _ = _generate(model, tokenizer, rows, n_samples, SamplingParams(temperature, top_p, 0, budget),
                              batch_size, seed, f"samples x{n_samples}", progress)
@@ -112,8 +114,7 @@ def make_eval_fn(task: Task, rows: list[dict], max_new_tokens: int | None = None
     """Greedy held-out accuracy as a trainer hook: (model, tokenizer) -> metrics."""
     def eval_fn(model, tokenizer) -> dict:
         summary, _ = evaluate(model, tokenizer, task, rows, max_new_tokens=max_new_tokens, batch_size=batch_size)
-        return {"accuracy": summary["accuracy"], "format_frac": summary["format_frac"],
-                "len_mean": summary["len_mean"]}
+        return {k: summary[k] for k in ("accuracy", "format_frac", "len_mean") if k in summary}
     return eval_fn
 
 

@@ -79,3 +79,15 @@ def test_eval_on_gsm8k_with_a_tiny_random_model(tiny_dir, tmp_path):
     assert res["task"] == "gsm8k" and res["num_problems"] == 4 and 0.0 <= res["accuracy"] <= 0.25
     ids = [json.loads(line)["id"] for line in (out / "per_problem.jsonl").read_text().splitlines()]
     assert len(set(ids)) == 4
+
+
+def test_eval_reports_format_only_where_asked_and_records_the_prompt_as_sent(tiny_dir, tmp_path):
+    path = tmp_path / "qa.jsonl"
+    path.write_text("".join(json.dumps({"question": f"{a}+1", "answer": str(a + 1)}) + "\n" for a in range(3)))
+    out = tmp_path / "ev"
+    assert main(["eval", tiny_dir, "--task", f"jsonl:{path}@plain_base?prompt=question", f"output_dir={out}",
+                 "progress_bar=false"]) == 0
+    res = json.loads((out / "results.json").read_text())["summary"]
+    assert "format_frac" not in res and res["num_problems"] == 3
+    rows = [json.loads(line) for line in (out / "per_problem.jsonl").read_text().splitlines()]
+    assert rows[0]["prompt"].endswith("0+1\nAssistant:") and "User: 0+1" in rows[0]["prompt"]

@@ -256,3 +256,16 @@ def test_humaneval_whole_functions_pass_and_wrong_ones_fail():
     fraction = task.rewards()[0]  # training reward: the fraction of asserts passed
     assert score(fraction, rows, [r["solution"] for r in rows]) == [1.0] * len(rows)
     assert all(v < 1.0 for v in score(fraction, rows, ["    return None"] * len(rows)))
+
+
+def test_jsonl_correctness_agrees_with_the_training_reward(tmp_path):
+    """A plain template asks for no answer format, so the final number counts in evaluation as in training;
+    an r1 template asks for <answer>, and a bare number there is not an answer, in both."""
+    path = tmp_path / "qa.jsonl"
+    path.write_text(json.dumps({"question": "27 + 12?", "answer": "39"}) + "\n")
+    for template, expect in (("plain", 1.0), ("r1", 0.0)):
+        task = get_task(f"jsonl:{path}@{template}?prompt=question")
+        correct, trained = task.correct(), task.rewards()[0]
+        assert correct(None, ["27 + 12 = 39"], answer=["39"]) == [expect], template
+        assert trained(None, ["27 + 12 = 39"], answer=["39"]) == [expect], template
+        assert task.asks_format == (template == "r1")

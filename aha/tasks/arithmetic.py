@@ -87,6 +87,6 @@ register_task(Task(
     name="arithmetic",
     load=lambda split, n=None, seed=0: make_addition(split, n or (4000 if split == "train" else 200), seed),
     rewards=_rewards, correct=math_answer_reward, extract=extract_math_answer, reward_weights=[1.0, 0.1, 0.5],
-    max_completion_length=48,
+    max_completion_length=48, asks_format=True,
     description="column addition of 1-2 digit numbers, <think> column sums </think><answer>",
 ))

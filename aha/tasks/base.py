@@ -23,6 +23,8 @@ class Task:
     max_completion_length: int = 256
     """Default generation budget for this task."""
     splits: tuple[str, ...] = ("train", "test")
+    asks_format: bool = False
+    """Its prompts ask for R1's <think>/<answer> format, so evaluation reports the share that follows it."""
     description: str = ""
     """One line for `--help` and listings."""
 

@@ -48,15 +48,16 @@ def subset(rows: list[dict], n: int | None, seed: int) -> list[dict]:
 
 # ---- rewards (imported lazily: importing a task module stays cheap) ----
 
-def _math_correct(symbolic: bool):
+def _math_correct(strict: bool):
+    """The correctness verifier: `strict` reads only an explicit answer (no last-number fallback)."""
     from ..rewards import MathReward, math_reward
-    return MathReward(last_number_fallback=False) if symbolic else math_reward
+    return MathReward(last_number_fallback=False) if strict else math_reward
 
 
-def _math_rewards(template: PromptTemplate, symbolic: bool):
+def _math_rewards(template: PromptTemplate, strict: bool):
     """Correctness, plus the format reward when the template asks for <think>/<answer> tags."""
     from ..rewards import format_reward
-    correct = _math_correct(symbolic)
+    correct = _math_correct(strict)
     return [correct, format_reward] if template.style == "r1" else [correct]
 
 
@@ -129,8 +130,9 @@ def gsm8k_task(template="r1", name: str = "gsm8k") -> Task:
     tpl = get_template(template)
     return Task(
         name=name, load=lambda split, n=None, seed=0: gsm8k_rows(split, n, seed, tpl),
-        rewards=lambda: _math_rewards(tpl, symbolic=False), correct=lambda: _math_correct(False),
+        rewards=lambda: _math_rewards(tpl, strict=False), correct=lambda: _math_correct(False),
         extract=extract_math_answer, reward_weights=_weights(tpl), max_completion_length=512,
+        asks_format=tpl.style == "r1",
         description="grade-school maths word problems; gold is the number after ####")
 
 
@@ -155,8 +157,9 @@ def math500_task(template="r1", name: str = "math500") -> Task:
     tpl = get_template(template)
     return Task(
         name=name, load=lambda split, n=None, seed=0: math500_rows(split, n, seed, tpl),
-        rewards=lambda: _math_rewards(tpl, symbolic=True), correct=lambda: _math_correct(True),
+        rewards=lambda: _math_rewards(tpl, strict=True), correct=lambda: _math_correct(True),
         extract=extract_math_answer, reward_weights=_weights(tpl), max_completion_length=1024, splits=("test",),
+        asks_format=tpl.style == "r1",
         description="MATH-500 competition problems; LaTeX gold compared symbolically")
 
 
@@ -192,9 +195,12 @@ def humaneval_task(template="plain", name: str = "humaneval") -> Task:
 
 # ---- any JSONL file ----
 
-JSONL_REWARDS = {"math": (lambda tpl: _math_rewards(tpl, symbolic=True), lambda: _math_correct(True)),
-                 "code": (lambda tpl: [_code_reward("fraction")], _code_reward)}
-"""`reward=` of a jsonl task -> (training rewards for a template, correctness verifier)."""
+JSONL_REWARDS = {"math": (lambda tpl: _math_rewards(tpl, strict=tpl.style != "plain"),
+                          lambda tpl: _math_correct(tpl.style != "plain")),
+                 "code": (lambda tpl: [_code_reward("fraction")], lambda tpl: _code_reward())}
+"""`reward=` of a jsonl task -> (training rewards, correctness verifier), each for a template. Math answers are
+read strictly (`<answer>`, `\\boxed{}`, `#### n`) when the template asks for that format; a plain template asks
+for none, so its final number counts ("27 + 12 = 39" -> 39), in training and in evaluation alike."""
 
 
 def jsonl_rows(path: str | Path, prompt_column: str = "prompt", answer_column: str | None = "answer",
@@ -237,7 +243,8 @@ def jsonl_task(path: str | Path, prompt_column: str = "prompt", answer_column: s
         check_split(name or f"jsonl:{path}", split, ("train", "test"))
         return subset(jsonl_rows(str(path).replace("{split}", split), prompt_column, answer, tpl), n, seed)
 
-    return Task(name=name or f"jsonl:{path}", load=load, rewards=lambda: train_rewards(tpl), correct=correct,
+    return Task(name=name or f"jsonl:{path}", load=load, rewards=lambda: train_rewards(tpl),
+                correct=lambda: correct(tpl), asks_format=tpl.style == "r1",
                 extract=extract_math_answer if reward == "math" else None,
                 reward_weights=_weights(tpl) if reward == "math" else None,
                 description=f"rows of {path}")

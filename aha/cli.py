@@ -56,6 +56,22 @@ def cmd_models(argv):
     sys.exit(2)
 
 
+def cmd_plot(argv):
+    """Every metric of each run's metrics.jsonl in a grid: RUN_DIR/metrics.png."""
+    from pathlib import Path
+
+    from .metrics import plot_metrics
+    if not argv or argv[0] in ("--help", "-h"):
+        print("usage: aha plot RUN_DIR [RUN_DIR ...]   (writes RUN_DIR/metrics.png)")
+        sys.exit(0 if argv else 2)
+    out = {}
+    for run in map(Path, argv):
+        if not (run / "metrics.jsonl").is_file():
+            raise FileNotFoundError(f"{run} has no metrics.jsonl")
+        out[str(run)] = str(plot_metrics(run / "metrics.jsonl", None, run / "metrics.png", title=str(run)))
+    return out
+
+
 def _stage_command(name: str):
     def run(argv):
         from .stages import get_stage
@@ -66,7 +82,8 @@ def _stage_command(name: str):
 
 CLI_STAGES = ("demo", "train", "sft", "eval", "sample")
 """Stages with a command of their own (the rest of aha.stages.STAGES run inside recipes)."""
-COMMANDS = {**{name: _stage_command(name) for name in CLI_STAGES}, "recipe": cmd_recipe, "models": cmd_models}
+COMMANDS = {**{name: _stage_command(name) for name in CLI_STAGES}, "recipe": cmd_recipe, "models": cmd_models,
+            "plot": cmd_plot}
 USAGE = """usage: aha COMMAND [CONFIG.yaml] [key=value ...]
 
 commands:
@@ -77,6 +94,7 @@ commands:
   sample   rejection sampling to JSONL   (aha sample --help)
   recipe   multi-stage pipeline          (aha recipe RECIPE.yaml)
   models   offline model zoo             (aha models get smollm2-135m-instruct)
+  plot     every metric of a run         (aha plot runs/grpo -> runs/grpo/metrics.png)
 """
 
 

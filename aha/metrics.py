@@ -186,23 +186,34 @@ def read_metrics(path: Path) -> list[dict]:
     return [rows[s] for s in sorted(rows)]
 
 
-def plot_metrics(metrics_path: Path, keys: list[str], out: Path, title: str = "") -> Path:
-    """One PNG with a panel per metric key over steps (keys with no values are skipped)."""
+PLOT_COLUMNS = 4
+"""Panels per row of a metrics plot."""
+
+
+def plot_metrics(metrics_path: Path, keys: list[str] | None, out: Path, title: str = "") -> Path:
+    """One PNG, a grid of panels, one per metric over steps (None: every metric with a value; a metric
+    with no value is skipped), each with its name on the y axis and "step" on the x axis."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     rows = read_metrics(metrics_path)
+    if keys is None:
+        keys = sorted({k for r in rows for k, v in r.items() if k != "step" and isinstance(v, (int, float))})
     keys = [k for k in keys if any(r.get(k) is not None for r in rows)]
-    fig, axes = plt.subplots(1, max(len(keys), 1), figsize=(4.2 * max(len(keys), 1), 3.2), squeeze=False)
-    for ax, k in zip(axes[0], keys):
+    ncols = min(PLOT_COLUMNS, max(len(keys), 1))
+    nrows = max(1, -(-len(keys) // ncols))
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.0 * nrows), squeeze=False)
+    for ax in axes.flat[len(keys):]:
+        ax.axis("off")
+    for ax, k in zip(axes.flat, keys):
         pts = [(r["step"], r[k]) for r in rows if r.get(k) is not None]
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o" if len(pts) < 30 else None, ms=3)
-        ax.set_title(k)
         ax.set_xlabel("step")
+        ax.set_ylabel(k, fontsize=8)
         ax.grid(alpha=0.3)
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(out, dpi=110)
+    fig.savefig(out, dpi=100)
     plt.close(fig)
     return out

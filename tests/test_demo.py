@@ -19,3 +19,15 @@ def test_demo_writes_summary_plot_table_and_models(tmp_path):
     assert (out / "grpo" / "model" / "config.json").is_file() and (out / "sft" / "model" / "model.safetensors").is_file()
     steps = [json.loads(line)["step"] for line in (out / "grpo" / "metrics.jsonl").read_text().splitlines()]
     assert steps[0] == 0 and steps[-1] == 2  # step 0 is the held-out accuracy before GRPO
+
+
+def test_aha_plot_draws_every_metric_of_a_run(tmp_path):
+    from PIL import Image
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [{"step": s, "loss": 1.0 / s, "reward/mean": 0.1 * s, "kl": None, "perf/step_s": 0.5} for s in range(1, 6)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["plot", str(run)]) == 0
+    png = Image.open(run / "metrics.png")
+    assert png.size == (3 * 420, 300)  # three metrics with values (kl has none): one row of three panels
+    assert main(["plot", str(tmp_path / "missing")]) == 2

@@ -227,3 +227,21 @@ def test_datasets_dataset_and_jsonl_path(tiny_dir, tmp_path):
     t = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], args=args(tmp_path / "js", max_steps=1),
                     train_dataset=str(path))
     assert t.step()["reward/mean"] >= 0
+
+
+def test_completions_log_holds_whole_groups_with_gold_total_and_advantage(tiny_dir, tmp_path):
+    import json
+
+    def digits(prompts, completions, **kw):
+        return [float(sum(ch.isdigit() for ch in c)) for c in completions]
+
+    t = GRPOTrainer(model=tiny_dir, reward_funcs=[digits, "format"], train_dataset=PROMPTS,
+                    args=args(tmp_path, max_steps=1, log_completions_steps=1, reward_weights=[1.0, 0.5]))
+    t.train()
+    rows = [json.loads(line) for line in (tmp_path / "run" / "completions.jsonl").read_text().splitlines()]
+    assert len(rows) == 8 and [r["group"] for r in rows] == [0] * 4 + [1] * 4  # N = B x G: every completion
+    b = t.last_batch
+    for i, r in enumerate(rows):
+        assert r["answer"] == b.rows[i // 4]["answer"] and r["completion"] == b.texts[i]
+        assert r["reward"] == pytest.approx(r["rewards"]["digits"] + 0.5 * r["rewards"]["format"], abs=1e-6)
+        assert r["advantage"] == pytest.approx(float(b.advantages[i]), abs=1e-6)

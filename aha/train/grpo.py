@@ -320,15 +320,17 @@ class GRPOTrainer(Trainer):
 
     # ------------------------------------------------------------------ logging
     def after_step(self, metrics, bar) -> None:
-        """Append a few completions with their rewards to completions.jsonl and the terminal."""
+        """Every log_completions_steps: the whole step's groups to completions.jsonl (prompt, gold answer when the
+        rows have one, each completion with its per-function rewards, total reward and advantage), and the first
+        num_completions_to_print completions to the terminal."""
         n, b = self.args.log_completions_steps, self.last_batch
         if not n or self.step_count % n or b is None:
             return
-        names, prompts = [reward_name(f) for f in self.reward_funcs], b.prompts
-        shown = range(min(self.args.num_completions_to_print, len(b.texts)))
+        names, prompts, G = [reward_name(f) for f in self.reward_funcs], b.prompts, self.args.num_generations
+        nan_to_none = lambda v: None if v != v else float(v)  # noqa: E731
         append_jsonl(self.run_dir / COMPLETIONS_LOG, [
-            {"step": self.step_count, "prompt": prompts[i], "completion": b.texts[i],
-             "rewards": dict(zip(names, [None if v != v else float(v) for v in b.rewards_per_func[i].tolist()])),
-             "advantage": float(b.advantages[i])} for i in shown])
-        for i in shown:
+            {"step": self.step_count, "group": i // G, "prompt": prompts[i], "answer": b.rows[i // G].get("answer"),
+             "completion": b.texts[i], "rewards": dict(zip(names, map(nan_to_none, b.rewards_per_func[i].tolist()))),
+             "reward": nan_to_none(b.rewards[i]), "advantage": float(b.advantages[i])} for i in range(len(b.texts))])
+        for i in range(min(self.args.num_completions_to_print, len(b.texts))):
             bar.write(f"[step {self.step_count}] reward={float(b.rewards[i]):.3f} | {b.texts[i][:200]!r}")

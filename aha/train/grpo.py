@@ -125,10 +125,10 @@ class GRPOTrainer(Trainer):
     step_logs = (COMPLETIONS_LOG,)
 
     def __init__(self, model, reward_funcs, args: GRPOConfig | None = None, train_dataset=None,
-                 processing_class=None, peft_config=None,
+                 eval_dataset=None, processing_class=None, callbacks=None, peft_config=None,
                  eval_fn: Callable[[object, object], dict] | None = None):
         args = args or GRPOConfig()
-        super().__init__(args, eval_fn)
+        super().__init__(args, eval_fn, callbacks)
         seed_everything(args.seed)
         self.reward_funcs = resolve_reward_funcs(
             reward_funcs if isinstance(reward_funcs, (list, tuple)) else [reward_funcs], args.reward_kwargs)
@@ -152,6 +152,8 @@ class GRPOTrainer(Trainer):
         self.engine = HFEngine.for_model(self.model, self.tokenizer, args.generation_max_batch)
         self.sampling = SamplingParams(args.temperature, args.top_p, args.top_k, args.max_completion_length)
         self.sampler = PromptSampler(len(self.rows), args.seed)
+        if eval_dataset is not None:
+            self.eval_fn = self._reward_eval(load_rows(eval_dataset, args.prompt_column), eval_fn)
         self.last_batch: GRPOBatch | None = None
         """The latest step's rollouts, for logging completions."""
         self.fail_streak = {reward_name(f): 0 for f in self.reward_funcs}
@@ -217,6 +219,24 @@ class GRPOTrainer(Trainer):
                           completion_ids=out.completion_ids, texts=texts, truncated=torch.tensor(out.truncated),
                           rewards_per_func=rpf, rewards=rewards, advantages=advantages, version=out.version)
         return batch, metrics
+
+    def _reward_eval(self, rows: list[dict], eval_fn: Callable | None) -> Callable:
+        """An eval hook for `eval_dataset`: greedy completions scored with the reward functions
+        (`eval/reward/mean`, `eval/reward/<name>/mean`), beside what `eval_fn` reports."""
+        check_columns(self.reward_funcs, {k: None for k in rows[0]})
+        ids = [encode_prompt(self.tokenizer, r["prompt"]) for r in rows]
+        greedy = SamplingParams(0.0, 1.0, 0, self.args.max_completion_length)
+
+        def evaluate(model, tokenizer) -> dict[str, float]:
+            out = self.engine.generate(ids, 1, greedy)
+            texts = tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
+            rpf, scored = score_groups(self.reward_funcs, rows, texts, 1, out.completion_ids,
+                                       timeout_s=self.args.reward_timeout)            # [E,F]
+            total = self._combine(rpf)                                               # [E]
+            metrics = {k: v for k, v in scored.items() if k.endswith("/mean")}            # reward/<name>/mean
+            metrics["reward/mean"] = total[total.isfinite()].mean().item() if total.isfinite().any() else math.nan
+            return {**(eval_fn(model, tokenizer) if eval_fn else {}), **metrics}
+        return evaluate
 
     def _check_failures(self, metrics: dict[str, float]) -> None:
         """A reward function that fails step after step is a bug, not noise: stop instead of training on nothing."""

@@ -22,6 +22,7 @@ from ..config import TrainConfig, save_config
 from ..metrics import keep_steps_through, make_logger
 from ..fileio import DiskFullError, remove_directory
 from ..models import save_model
+from .callbacks import Callbacks
 from .checkpoint import CorruptCheckpointError, list_checkpoints, load_checkpoint, save_checkpoint
 
 log = logging.getLogger("aha.train")
@@ -166,8 +167,11 @@ class Trainer(abc.ABC):
     step_logs: tuple[str, ...] = ()
     """JSONL files in the run directory with a step column, cut back to the checkpoint on resume."""
 
-    def __init__(self, args: TrainConfig, eval_fn: Callable[[object, object], dict] | None):
+    def __init__(self, args: TrainConfig, eval_fn: Callable[[object, object], dict] | None,
+                 callbacks: list | None = None):
         self.args = args
+        self.callback_objects = list(callbacks or [])
+        """transformers TrainerCallback objects (see aha.train.callbacks)."""
         self.run_dir = Path(args.output_dir)
         check_writable(self.run_dir)
         self.eval_fn = eval_fn
@@ -198,6 +202,28 @@ class Trainer(abc.ABC):
 
     def _train(self, resume_from_checkpoint: str | bool | None) -> dict[str, float]:
         from tqdm.auto import tqdm
+        logger = self._start(resume_from_checkpoint)
+        bar = tqdm(total=self.max_steps, initial=self.step_count, desc=type(self).__name__,
+                   disable=not self.args.progress_bar, dynamic_ncols=True)
+        metrics: dict[str, float] = {}
+        try:
+            while self.step_count < self.max_steps:
+                metrics = self._one_step(logger, bar)
+                last = self.step_count == self.max_steps or self.callbacks.should_stop
+                if self._stop_signal is not None and not last:
+                    self._stop()
+                if last:
+                    break
+        finally:
+            bar.close()
+            logger.close()
+        if self.saved_step != self.step_count:
+            self._save()
+        self.callbacks.fire("on_train_end", self.step_count, self.model)
+        return metrics
+
+    def _start(self, resume_from_checkpoint: str | bool | None):
+        """Check the run directory, save the config, resume, open the loggers, evaluate step 0."""
         a = self.args
         self.run_dir.mkdir(parents=True, exist_ok=True)
         resume = resume_from_checkpoint if resume_from_checkpoint is not None else a.resume
@@ -206,40 +232,50 @@ class Trainer(abc.ABC):
         save_config(a, self.run_dir / "config.yaml")
         if resume:
             self._resume(None if resume is True else Path(resume))
+        if a.eval_steps and not self.eval_fn:
+            log.warning("eval_steps=%d but nothing to evaluate (no task, eval_fn or eval_dataset): no eval/ metrics",
+                        a.eval_steps)
         logger = make_logger(a.report_to, self.run_dir, self.saved_step if resume else None)
-        bar = tqdm(total=self.max_steps, initial=self.step_count, desc=type(self).__name__,
-                   disable=not a.progress_bar, dynamic_ncols=True)
-        metrics: dict[str, float] = {}
+        self.callbacks = Callbacks(self.callback_objects, a, self.max_steps)
+        self.callbacks.fire("on_train_begin", self.step_count, self.model)
         if self.eval_fn and a.eval_steps and self.step_count == 0:  # the starting point of the curve
-            logger.log(0, {f"eval/{k}": v for k, v in self.eval_fn(self.model, self.tokenizer).items()})
+            logger.log(0, self._evaluate())
+        return logger
+
+    def _one_step(self, logger, bar) -> dict[str, float]:
+        """One step with everything around it: evaluation, logging, callbacks, checkpoint, progress bar."""
+        a = self.args
         try:
-            while self.step_count < self.max_steps:
-                try:
-                    metrics = self.step()
-                except NonFiniteError as e:
-                    raise NonFiniteError(
-                        f"step {self.step_count + 1}: {e}; no checkpoint written from this state "
-                        f"({self._saved_note()}); lower learning_rate, or set on_nonfinite=skip") from None
-                self.step_count += 1
-                last = self.step_count == self.max_steps
-                if self.eval_fn and a.eval_steps and (self.step_count % a.eval_steps == 0 or last):
-                    metrics.update({f"eval/{k}": v for k, v in self.eval_fn(self.model, self.tokenizer).items()})
-                if self.step_count % a.logging_steps == 0 or last:
-                    logger.log(self.step_count, metrics)
-                self.after_step(metrics, bar)
-                if a.save_steps and self.step_count % a.save_steps == 0:
-                    self.save_checkpoint()
-                bar.set_postfix({label: f.format(metrics[k]) for label, (k, f) in self.headline.items()
-                                 if k in metrics}, refresh=False)
-                bar.update(1)
-                if self._stop_signal is not None and not last:
-                    self._stop()
-        finally:
-            bar.close()
-            logger.close()
-        if self.saved_step != self.step_count:
-            self.save_checkpoint()
+            metrics = self.step()
+        except NonFiniteError as e:
+            raise NonFiniteError(
+                f"step {self.step_count + 1}: {e}; no checkpoint written from this state "
+                f"({self._saved_note()}); lower learning_rate, or set on_nonfinite=skip") from None
+        self.step_count += 1
+        last = self.step_count == self.max_steps
+        if self.eval_fn and a.eval_steps and (self.step_count % a.eval_steps == 0 or last):
+            metrics.update(self._evaluate())
+        if self.step_count % a.logging_steps == 0 or last:
+            logger.log(self.step_count, metrics)
+            self.callbacks.fire("on_log", self.step_count, self.model, logs=metrics)
+        self.after_step(metrics, bar)
+        self.callbacks.fire("on_step_end", self.step_count, self.model)
+        if a.save_steps and self.step_count % a.save_steps == 0:
+            self._save()
+        bar.set_postfix({label: f.format(metrics[k]) for label, (k, f) in self.headline.items()
+                         if k in metrics}, refresh=False)
+        bar.update(1)
         return metrics
+
+    def _evaluate(self) -> dict[str, float]:
+        metrics = {f"eval/{k}": v for k, v in self.eval_fn(self.model, self.tokenizer).items()}
+        self.callbacks.fire("on_evaluate", self.step_count, self.model, metrics=metrics)
+        return metrics
+
+    def _save(self) -> Path:
+        path = self.save_checkpoint()
+        self.callbacks.fire("on_save", self.step_count, self.model)
+        return path
 
     # ------------------------------------------------------------------ signals
     def _install_signal_handlers(self) -> dict:
@@ -271,7 +307,7 @@ class Trainer(abc.ABC):
         """After a stop signal: checkpoint this step (unless just saved) and leave."""
         path = self.run_dir / f"checkpoint-{self.step_count}"
         if self.saved_step != self.step_count:
-            path = self.save_checkpoint()
+            path = self._save()
         name = signal.Signals(self._stop_signal).name
         raise Preempted(self._stop_signal, f"stopped by {name} after step {self.step_count}; "
                                            f"checkpoint written to {path}; resume with resume=true")

@@ -41,10 +41,10 @@ class SFTTrainer(Trainer):
     headline = {"loss": ("loss", "{:.3f}"), "s/step": ("perf/step_s", "{:.2f}")}
 
     def __init__(self, model=None, args: SFTConfig | None = None, train_dataset=None,
-                 processing_class=None, peft_config=None,
+                 processing_class=None, callbacks=None, peft_config=None,
                  eval_fn: Callable[[object, object], dict] | None = None):
         args = args or SFTConfig()
-        super().__init__(args, eval_fn)
+        super().__init__(args, eval_fn, callbacks)
         seed_everything(args.seed)
         rows = load_rows(train_dataset, prompt_column=None)
         self.model, self.tokenizer = setup_model(args, model, processing_class, peft_config)

@@ -1,0 +1,83 @@
+"""TRL habits around the loop: transformers TrainerCallback objects, eval_dataset scored with the rewards."""
+
+import json
+
+import pytest
+from transformers import TrainerCallback
+
+from aha.config import GRPOConfig
+from aha.train.grpo import GRPOTrainer
+
+PROMPTS = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a in range(10) for b in range(3)]
+
+
+def digit_share(prompts, completions, **kw):
+    return [sum(ch.isdigit() for ch in c) / max(len(c), 1) for c in completions]
+
+
+def args(tmp_path, **kw):
+    base = dict(output_dir=str(tmp_path / "run"), max_steps=4, num_generations=4, per_device_train_batch_size=8,
+                max_completion_length=8, learning_rate=1e-2, progress_bar=False, report_to=["jsonl"],
+                log_completions_steps=0, seed=0, save_steps=2)
+    return GRPOConfig(**{**base, **kw})
+
+
+class Recorder(TrainerCallback):
+    def __init__(self, stop_at=None):
+        self.events, self.stop_at = [], stop_at
+
+    def on_train_begin(self, args, state, control, **kw):
+        self.events.append(("begin", state.global_step, state.max_steps))
+
+    def on_log(self, args, state, control, logs=None, **kw):
+        self.events.append(("log", state.global_step, "reward/mean" in logs))
+
+    def on_evaluate(self, args, state, control, metrics=None, **kw):
+        self.events.append(("evaluate", state.global_step, sorted(metrics)))
+
+    def on_save(self, args, state, control, **kw):
+        self.events.append(("save", state.global_step))
+
+    def on_step_end(self, args, state, control, **kw):
+        self.events.append(("step_end", state.global_step))
+        if state.global_step == self.stop_at:
+            control.should_training_stop = True
+
+    def on_train_end(self, args, state, control, **kw):
+        self.events.append(("end", state.global_step, len(state.log_history)))
+
+
+def test_callbacks_get_trls_events_and_can_stop_the_run(tiny_dir, tmp_path):
+    rec = Recorder(stop_at=3)
+    t = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], args=args(tmp_path), train_dataset=PROMPTS,
+                    callbacks=[rec])
+    t.train()
+    assert t.step_count == 3  # stopped by control.should_training_stop after step 3 of 4
+    assert rec.events == [("begin", 0, 4),
+                          ("log", 1, True), ("step_end", 1),
+                          ("log", 2, True), ("step_end", 2), ("save", 2),
+                          ("log", 3, True), ("step_end", 3), ("save", 3),  # the stopped run is checkpointed
+                          ("end", 3, 3)]
+    assert (tmp_path / "run" / "checkpoint-3").is_dir()
+
+
+def test_eval_dataset_is_scored_with_the_reward_functions(tiny_dir, tmp_path):
+    rec = Recorder()
+    held_out = [{"prompt": f"{a}+9=", "answer": str(a + 9)} for a in range(5)]
+    t = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], args=args(tmp_path, max_steps=2, eval_steps=2),
+                    train_dataset=PROMPTS, eval_dataset=held_out, callbacks=[rec])
+    t.train()
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "eval/reward/mean" in r] == [0, 2]  # before training, then every 2 steps
+    final = rows[-1]
+    assert 0.0 <= final["eval/reward/digit_share/mean"] <= 1.0
+    assert final["eval/reward/mean"] == pytest.approx(final["eval/reward/digit_share/mean"])
+    assert ("evaluate", 2, ["eval/reward/digit_share/mean", "eval/reward/mean"]) in rec.events
+
+
+def test_eval_steps_with_nothing_to_evaluate_is_said(tiny_dir, tmp_path, caplog):
+    t = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], args=args(tmp_path, max_steps=1, eval_steps=1),
+                    train_dataset=PROMPTS)
+    with caplog.at_level("WARNING", logger="aha.train"):
+        t.train()
+    assert "eval_steps=1 but nothing to evaluate" in caplog.text

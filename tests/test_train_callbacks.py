@@ -81,3 +81,27 @@ def test_eval_steps_with_nothing_to_evaluate_is_said(tiny_dir, tmp_path, caplog)
     with caplog.at_level("WARNING", logger="aha.train"):
         t.train()
     assert "eval_steps=1 but nothing to evaluate" in caplog.text
+
+
+def test_bf16_is_mixed_precision_with_float32_weights(tiny_dir, tmp_path):
+    import torch
+    t = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], args=args(tmp_path, max_steps=1, bf16=True),
+                    train_dataset=PROMPTS)
+    seen = set()
+    hook = t.model.lm_head.register_forward_hook(lambda mod, inp, out: seen.add(out.dtype))
+    before = {n: p.detach().clone() for n, p in t.model.named_parameters()}
+    t.train()
+    hook.remove()
+    assert seen == {torch.bfloat16}  # every forward (generation, training) ran under autocast
+    assert all(p.dtype == torch.float32 for p in t.model.parameters())  # the weights stay float32
+    assert any(not torch.equal(before[n], p) for n, p in t.model.named_parameters())  # and they were updated
+
+
+def test_fp16_on_a_cpu_and_both_precisions_are_refused(tiny_dir, tmp_path):
+    from aha.config import ConfigError
+    with pytest.raises(ConfigError, match="bf16 and fp16 are both set"):
+        args(tmp_path, bf16=True, fp16=True)
+    t = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], args=args(tmp_path, max_steps=1, fp16=True),
+                    train_dataset=PROMPTS)
+    with pytest.raises(ValueError, match="fp16 mixed precision needs a CUDA device; on a CPU use bf16=true"):
+        t.train()

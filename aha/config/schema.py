@@ -54,7 +54,12 @@ class TrainConfig:
     model: str = ""
     """Policy model: hub id in the local cache, local directory, or a known short name."""
     dtype: DType = "float32"
-    """Weights dtype."""
+    """Weights dtype (all of training happens in it; for mixed precision keep float32 and set bf16)."""
+    bf16: bool = False
+    """Mixed precision as in TRL/transformers: forward passes under torch.autocast to bfloat16, weights and
+    optimizer state in `dtype`. Fast where the CPU or GPU computes bfloat16 natively."""
+    fp16: bool = False
+    """Mixed precision in float16 (CUDA only)."""
     attn_implementation: Optional[str] = None
     """transformers attention backend (sdpa, eager, flash_attention_2); None = library default."""
     gradient_checkpointing: bool = False
@@ -137,6 +142,8 @@ class TrainConfig:
             "eval_steps": (non_negative, ">= 0"),
             "eval_samples": (non_negative, ">= 0"),
         })
+        if self.bf16 and self.fp16:
+            raise ConfigError("bf16 and fp16 are both set: choose one mixed precision")
 
 
 @checked

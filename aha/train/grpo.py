@@ -175,9 +175,10 @@ class GRPOTrainer(Trainer):
     def step(self) -> dict[str, float]:
         """One GRPO step: B prompts -> B*G completions -> rewards -> advantages -> update -> new weights."""
         t0 = time.perf_counter()
-        batch, metrics = self.rollout(self.sampler.take(self.args.prompts_per_step))
-        t1 = time.perf_counter()
-        sums, update_metrics = self.update(batch)
+        with self.autocast():
+            batch, metrics = self.rollout(self.sampler.take(self.args.prompts_per_step))
+            t1 = time.perf_counter()
+            sums, update_metrics = self.update(batch)
         self.engine.update_weights(self.model, self.step_count + 1)
         t2 = time.perf_counter()
 

@@ -4,6 +4,7 @@ resume, stop signals."""
 from __future__ import annotations
 
 import abc
+import contextlib
 import errno
 import logging
 import math
@@ -179,6 +180,15 @@ class Trainer(abc.ABC):
         self.saved_step: int | None = None  # step of the last checkpoint written or restored
         self.generator = torch.Generator().manual_seed(args.seed)
         self._stop_signal: int | None = None
+
+    def autocast(self):
+        """The mixed-precision context of the forward passes (bf16/fp16), or a no-op."""
+        if not (self.args.bf16 or self.args.fp16):
+            return contextlib.nullcontext()
+        device = next(self.model.parameters()).device.type
+        if self.args.fp16 and device != "cuda":
+            raise ValueError("fp16 mixed precision needs a CUDA device; on a CPU use bf16=true")
+        return torch.autocast(device, dtype=torch.bfloat16 if self.args.bf16 else torch.float16)
 
     @abc.abstractmethod
     def step(self) -> dict[str, float]:

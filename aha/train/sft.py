@@ -69,8 +69,9 @@ class SFTTrainer(Trainer):
         loss_sum, tokens = 0.0, 0
         for s in range(0, len(idx), a.per_device_train_batch_size):
             part = [self.examples[i] for i in idx[s:s + a.per_device_train_batch_size]]
-            logp, mask, _ = completion_logprobs(self.model, [p for p, _ in part], [c for _, c in part],
-                                                self.tokenizer.pad_token_id)          # [n,T]
+            with self.autocast():
+                logp, mask, _ = completion_logprobs(self.model, [p for p, _ in part], [c for _, c in part],
+                                                    self.tokenizer.pad_token_id)      # [n,T]
             loss = algos.aggregate("dapo", -logp, mask, num_tokens=total)  # token mean over the whole batch
             loss.backward()
             loss_sum += float(loss.detach())

@@ -116,7 +116,9 @@ def checked(cls):
 
     @functools.wraps(init)
     def __init__(self, *args, **kwargs):
+        from .trl import translate
         hints = typing.get_type_hints(type(self))
+        kwargs = translate(kwargs, {f.name for f in dataclasses.fields(type(self))})  # TRL's names
         for key in kwargs:
             _check_key(type(self), key)
         init(self, *args, **{k: _coerce(k, v, hints[k]) for k, v in kwargs.items()})
@@ -136,7 +138,6 @@ def parse_args(cls, argv: list[str]):
     for arg in argv:
         if "=" in arg:
             key, _, raw = arg.partition("=")
-            _check_key(cls, key.strip())
             values[key.strip()] = yaml.safe_load(raw) if raw != "" else ""
         elif arg.endswith((".yaml", ".yml")):
             path = Path(arg)

@@ -1,0 +1,90 @@
+"""TRL `GRPOConfig` names aha reads: aliases translated to aha's fields, and the fields aha does not have,
+each refused with what to use instead. `translate` is applied to every config built, from Python, YAML or
+the command line (see `checked` in parse.py). The README's "From TRL" table lists the same."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+SCALE_REWARDS = {"group": "grpo", True: "grpo", "true": "grpo", "batch": "batch", "none": "dr_grpo", False: "dr_grpo",
+                 "false": "dr_grpo"}
+"""TRL's scale_rewards -> aha's advantage_estimator: divide by the group's std, the batch's, or by nothing."""
+
+
+def _scale_rewards(value: Any, kwargs: dict) -> dict:
+    if value not in SCALE_REWARDS:
+        from .parse import ConfigError
+        raise ConfigError(f"scale_rewards: {value!r} is not one of ['group', 'batch', 'none', true, false]")
+    return {"advantage_estimator": SCALE_REWARDS[value]}
+
+
+def _log_completions(value: Any, kwargs: dict) -> dict:
+    """TRL logs completions at every logging step when log_completions is true."""
+    return {"log_completions_steps": int(kwargs.get("logging_steps", 1)) if value else 0}
+
+
+def _eval_strategy(value: Any, kwargs: dict) -> dict:
+    if value in ("no", "none", None):
+        return {"eval_steps": 0}
+    if value != "steps":
+        from .parse import ConfigError
+        raise ConfigError(f"eval_strategy: {value!r}: aha evaluates every eval_steps steps ('steps') or not ('no')")
+    return {}
+
+
+ALIASES: dict[str, Callable[[Any, dict], dict]] = {
+    "scale_rewards": _scale_rewards,
+    "log_completions": _log_completions,
+    "eval_strategy": _eval_strategy,
+    "evaluation_strategy": _eval_strategy,
+}
+"""TRL name -> function(value, all given values) -> aha fields to set."""
+
+UNSUPPORTED: dict[str, str] = {
+    "use_vllm": "aha generates with its own KV-cached engine (aha.rollout); there is no vLLM server or colocate mode",
+    "max_prompt_length": "prompts are never cut: a prompt longer than the model's context is an error",
+    "num_train_epochs": "GRPO runs max_steps steps; the prompt order reshuffles every epoch",
+    "save_strategy": "checkpoints every save_steps steps (0: only at the end)",
+    "logging_dir": "TensorBoard files go to output_dir/tensorboard",
+    "per_device_eval_batch_size": "evaluation decodes up to generation_max_batch sequences at once",
+    "shuffle_dataset": "prompts are always drawn in a seeded random order, reshuffled every epoch",
+    "disable_dropout": "the tiny and Llama-style models aha trains have no dropout; LoRA dropout is lora_dropout",
+    "min_p": "aha's engine samples with temperature, top_p and top_k",
+    "repetition_penalty": "aha's engine samples with temperature, top_p and top_k",
+    "generation_kwargs": "aha's engine samples with temperature, top_p and top_k",
+    "chat_template_kwargs": "chat prompts go through the tokenizer's own template as they are",
+    "steps_per_generation": "set generation_batch_size (completions per step) and gradient_accumulation_steps",
+    "sync_ref_model": "the reference model stays frozen (beta > 0), or there is none (beta = 0)",
+    "ref_model_sync_steps": "the reference model stays frozen (beta > 0), or there is none (beta = 0)",
+    "ref_model_mixup_alpha": "the reference model stays frozen (beta > 0), or there is none (beta = 0)",
+    "top_entropy_quantile": "every completion token is trained",
+    "model_init_kwargs": "set dtype and attn_implementation",
+    "warmup_ratio": "set warmup_steps (optimizer steps)",
+    "run_name": "the run is named by output_dir",
+    "push_to_hub": "save with trainer.save_model() and upload the directory with huggingface_hub",
+    "hub_model_id": "save with trainer.save_model() and upload the directory with huggingface_hub",
+    "use_liger_loss": "the loss is aha's own (aha.algos)",
+    "wandb_log_unique_prompts": "report_to takes jsonl and tensorboard",
+    "remove_unused_columns": "every dataset column reaches the reward functions, as TRL does by default",
+    "cast_lm_head_to_fp32": "log-probabilities are computed in float32 whatever the weights' dtype",
+    "ds3_gather_for_generation": "there is no DeepSpeed integration",
+    "optim": "the optimizer is AdamW (adam_beta1, adam_beta2, weight_decay)",
+}
+"""TRL name -> why aha does not take it, and what to use instead."""
+
+
+def translate(kwargs: dict[str, Any], fields: set[str]) -> dict[str, Any]:
+    """Replace TRL aliases by aha's `fields` (an explicit aha field wins); refuse unsupported TRL fields.
+    A name that is one of `fields` is aha's own and passes through."""
+    out = {k: v for k, v in kwargs.items() if k in fields or k not in ALIASES}
+    for key, value in kwargs.items():
+        if key in fields:
+            continue
+        if key in ALIASES:
+            for field, mapped in ALIASES[key](value, kwargs).items():
+                out.setdefault(field, mapped)
+        if key in UNSUPPORTED or key.startswith("vllm_"):
+            from .parse import ConfigError
+            why = UNSUPPORTED.get(key, UNSUPPORTED["use_vllm"])
+            raise ConfigError(f"'{key}' is a TRL GRPOConfig field aha does not support: {why}")
+    return out

@@ -105,3 +105,15 @@ def test_fp16_on_a_cpu_and_both_precisions_are_refused(tiny_dir, tmp_path):
                     train_dataset=PROMPTS)
     with pytest.raises(ValueError, match="fp16 mixed precision needs a CUDA device; on a CPU use bf16=true"):
         t.train()
+
+
+def test_a_checkpoint_loads_with_from_pretrained(tiny_dir, tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    t = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], args=args(tmp_path, max_steps=2), train_dataset=PROMPTS)
+    t.train()
+    ckpt = tmp_path / "run" / "checkpoint-2"
+    loaded = AutoModelForCausalLM.from_pretrained(ckpt)
+    AutoTokenizer.from_pretrained(ckpt)
+    mine = dict(t.model.named_parameters())
+    assert all(torch.equal(p, mine[n]) for n, p in loaded.named_parameters())

@@ -55,8 +55,9 @@ def set_rng_state(state: dict) -> None:
 
 
 def save_checkpoint(output_dir: str | Path, step: int, model, optimizer, scheduler,
-                    state: dict, keep: int = 2) -> Path:
-    """Write checkpoint-<step>: trainable weights, optimiser, scheduler, RNGs and `state`."""
+                    state: dict, keep: int = 2, tokenizer=None) -> Path:
+    """Write checkpoint-<step>: trainable weights, optimiser, scheduler, RNGs and `state`, and (with a
+    tokenizer) the model as `from_pretrained` loads it, or the LoRA adapter, as TRL's checkpoints hold."""
     output_dir = Path(output_dir)
     final = output_dir / f"checkpoint-{step}"
     for stale in output_dir.glob(".checkpoint-*"):  # left by a save or delete that was killed
@@ -67,6 +68,9 @@ def save_checkpoint(output_dir: str | Path, step: int, model, optimizer, schedul
         torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
         torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
         torch.save({"rng": rng_state(), **state}, tmp / "state.pt")
+        if tokenizer is not None:
+            model.save_pretrained(tmp, safe_serialization=True)
+            tokenizer.save_pretrained(tmp)
         fsync_tree(tmp)  # every file on disk before the marker says the checkpoint is complete
         (tmp / MARKER).write_text(json.dumps({"step": step}))
     for old in list_checkpoints(output_dir)[:-keep] if keep > 0 else []:

@@ -332,7 +332,7 @@ class Trainer(abc.ABC):
 
     def save_checkpoint(self) -> Path:
         path = save_checkpoint(self.run_dir, self.step_count, self.model, self.optimizer, self.scheduler,
-                               self._state(), self.args.save_total_limit)
+                               self._state(), self.args.save_total_limit, tokenizer=self.tokenizer)
         self.saved_step = self.step_count
         return path
 

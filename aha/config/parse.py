@@ -21,9 +21,10 @@ from typing import Any
 
 import yaml
 
+from .errors import ConfigError
+from .trl import translate
 
-class ConfigError(ValueError):
-    """A config key or value is wrong; the message names it."""
+
 
 
 def field_docs(cls) -> dict[str, str]:
@@ -116,7 +117,6 @@ def checked(cls):
 
     @functools.wraps(init)
     def __init__(self, *args, **kwargs):
-        from .trl import translate
         hints = typing.get_type_hints(type(self))
         kwargs = translate(kwargs, {f.name for f in dataclasses.fields(type(self))})  # TRL's names
         for key in kwargs:

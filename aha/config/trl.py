@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from .errors import ConfigError
+
 SCALE_REWARDS = {"group": "grpo", True: "grpo", "true": "grpo", "batch": "batch", "none": "dr_grpo", False: "dr_grpo",
                  "false": "dr_grpo"}
 """TRL's scale_rewards -> aha's advantage_estimator: divide by the group's std, the batch's, or by nothing."""
@@ -13,7 +15,6 @@ SCALE_REWARDS = {"group": "grpo", True: "grpo", "true": "grpo", "batch": "batch"
 
 def _scale_rewards(value: Any, kwargs: dict) -> dict:
     if value not in SCALE_REWARDS:
-        from .parse import ConfigError
         raise ConfigError(f"scale_rewards: {value!r} is not one of ['group', 'batch', 'none', true, false]")
     return {"advantage_estimator": SCALE_REWARDS[value]}
 
@@ -27,7 +28,6 @@ def _eval_strategy(value: Any, kwargs: dict) -> dict:
     if value in ("no", "none", None):
         return {"eval_steps": 0}
     if value != "steps":
-        from .parse import ConfigError
         raise ConfigError(f"eval_strategy: {value!r}: aha evaluates every eval_steps steps ('steps') or not ('no')")
     return {}
 
@@ -84,7 +84,6 @@ def translate(kwargs: dict[str, Any], fields: set[str]) -> dict[str, Any]:
             for field, mapped in ALIASES[key](value, kwargs).items():
                 out.setdefault(field, mapped)
         if key in UNSUPPORTED or key.startswith("vllm_"):
-            from .parse import ConfigError
             why = UNSUPPORTED.get(key, UNSUPPORTED["use_vllm"])
             raise ConfigError(f"'{key}' is a TRL GRPOConfig field aha does not support: {why}")
     return out

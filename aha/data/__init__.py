@@ -36,6 +36,30 @@ def write_jsonl(rows: list[dict], path: str | Path) -> Path:
     return atomic_write(path, "".join(json.dumps(r) + "\n" for r in rows))
 
 
+def is_stream(dataset) -> bool:
+    """A dataset read as it is iterated (`datasets.IterableDataset`, `load_dataset(..., streaming=True)`, a
+    generator): no length, possibly endless."""
+    return (hasattr(dataset, "__iter__") and not hasattr(dataset, "__len__")
+            and not isinstance(dataset, (str, bytes, Path, dict)))
+
+
+def check_row(row, i: int, prompt_column: str | None, required: tuple[str, ...] = ()) -> dict:
+    """The row, with `prompt` copied from prompt_column; a bad row is an error naming it."""
+    if not isinstance(row, dict):
+        raise ValueError(f"dataset row {i} is a {type(row).__name__}, not a mapping of column -> value: {row!r:.60}")
+    for col in ((prompt_column,) if prompt_column else ()) + tuple(required):
+        if col not in row:
+            raise ValueError(f"dataset row {i} has no '{col}' column; its columns: {sorted(row)}")
+    if prompt_column:
+        prompt = row[prompt_column]
+        if not (isinstance(prompt, str) or is_conversational(prompt)):
+            raise ValueError(f"dataset row {i}: '{prompt_column}' must be a string or a list of chat messages, "
+                             f"got {type(prompt).__name__} {prompt!r:.60}")
+        if not prompt:
+            raise ValueError(f"dataset row {i}: '{prompt_column}' is empty")
+    return {**row, "prompt": row[prompt_column]} if prompt_column not in (None, "prompt") else row
+
+
 def load_rows(dataset, prompt_column: str | None = "prompt", required: tuple[str, ...] = ()) -> list[dict]:
     """A `datasets.Dataset`, a list of dicts or a JSONL path -> list of dicts.
 
@@ -53,27 +77,11 @@ def load_rows(dataset, prompt_column: str | None = "prompt", required: tuple[str
     elif hasattr(dataset, "column_names") and hasattr(dataset, "__getitem__"):  # datasets.Dataset
         rows = [dict(r) for r in dataset]
     else:
-        raise TypeError(f"unsupported dataset type {type(dataset).__name__}: "
-                        "use a datasets.Dataset, a list of dicts or a JSONL path")
+        raise TypeError(f"unsupported dataset type {type(dataset).__name__}: use a datasets.Dataset, a list "
+                        "of dicts or a JSONL path (a streaming dataset is read lazily by GRPOTrainer)")
     if len(rows) == 0:
         raise ValueError("the training dataset is empty")
-    for i, r in enumerate(rows):
-        if not isinstance(r, dict):
-            raise ValueError(f"dataset row {i} is a {type(r).__name__}, not a mapping of column -> value: {r!r:.60}")
-    for col in ((prompt_column,) if prompt_column else ()) + tuple(required):
-        for i, r in enumerate(rows):
-            if col not in r:
-                raise ValueError(f"dataset row {i} has no '{col}' column; its columns: {sorted(r)}")
-    for i, r in enumerate(rows if prompt_column else ()):
-        prompt = r[prompt_column]
-        if not (isinstance(prompt, str) or is_conversational(prompt)):
-            raise ValueError(f"dataset row {i}: '{prompt_column}' must be a string or a list of chat messages, "
-                             f"got {type(prompt).__name__} {prompt!r:.60}")
-        if not prompt:
-            raise ValueError(f"dataset row {i}: '{prompt_column}' is empty")
-    if prompt_column not in (None, "prompt"):
-        rows = [{**r, "prompt": r[prompt_column]} for r in rows]
-    return rows
+    return [check_row(r, i, prompt_column, required) for i, r in enumerate(rows)]
 
 
 def encode_prompt(tokenizer, prompt) -> list[int]:

@@ -26,13 +26,13 @@ from torch import Tensor
 
 from .. import algos
 from ..config import GRPOConfig
-from ..data import encode_prompt, load_rows
+from ..data import check_row, encode_prompt, is_stream, load_rows
 from ..metrics import append_jsonl
 from ..models import context_length, setup_model
 from ..rewards import check_columns, check_not_all_null, get_reward, last_failure, reward_name, score_groups
 from ..rollout import HFEngine, SamplingParams
 from .logprobs import completion_logprobs
-from .loop import PromptSampler, Trainer, build_optimizer, optimizer_step, seed_everything
+from .loop import PromptSampler, StreamSampler, Trainer, build_optimizer, optimizer_step, seed_everything
 
 TIME_FLOOR_S = 1e-9
 """Lower bound on a measured duration before dividing by it (a phase that did no work)."""
@@ -138,20 +138,27 @@ class GRPOTrainer(Trainer):
         if len(w) != len(self.reward_funcs):
             raise ValueError(f"{len(w)} reward_weights for {len(self.reward_funcs)} reward functions")
         self.reward_weights = torch.tensor(w, dtype=torch.float32)                  # [F]
-        self.rows = load_rows(train_dataset, args.prompt_column)
-        check_columns(self.reward_funcs, {k: None for k in self.rows[0]})
-        check_not_all_null(self.reward_funcs, self.rows)
+        self.streaming = is_stream(train_dataset)
+        if self.streaming:  # rows arrive as training reads them (StreamSampler); the first one is checked now
+            first = check_row(next(iter(train_dataset), None) or {}, 0, args.prompt_column)
+            self.rows: dict[int, dict] | list[dict] = {}
+            check_columns(self.reward_funcs, {k: None for k in first})
+        else:
+            self.rows = load_rows(train_dataset, args.prompt_column)
+            check_columns(self.reward_funcs, {k: None for k in self.rows[0]})
+            check_not_all_null(self.reward_funcs, self.rows)
 
         self.model, self.tokenizer = setup_model(args, model, processing_class, peft_config)
         self.is_peft = hasattr(self.model, "peft_config")
         self.ref_model = None  # with LoRA the reference is the base model with adapters disabled
         if args.beta > 0 and not self.is_peft:
             self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
-        self.prompt_ids = self._encode_all()
+        self.prompt_ids = {} if self.streaming else self._encode_all()
         self.optimizer, self.scheduler = build_optimizer(args, self.model, args.optimizer_steps)
         self.engine = HFEngine.for_model(self.model, self.tokenizer, args.generation_max_batch)
         self.sampling = SamplingParams(args.temperature, args.top_p, args.top_k, args.max_completion_length)
-        self.sampler = PromptSampler(len(self.rows), args.seed)
+        self.sampler = (StreamSampler(train_dataset, args.seed, self._admit) if self.streaming
+                        else PromptSampler(len(self.rows), args.seed))
         if eval_dataset is not None:
             self.eval_fn = self._reward_eval(load_rows(eval_dataset, args.prompt_column), eval_fn)
         self.last_batch: GRPOBatch | None = None
@@ -160,16 +167,22 @@ class GRPOTrainer(Trainer):
         """Consecutive steps on which each reward function raised or timed out."""
 
     def _encode_all(self) -> list[list[int]]:
-        ids = [encode_prompt(self.tokenizer, r["prompt"]) for r in self.rows]
-        ctx = context_length(self.model)
-        for i, p in enumerate(ids):
-            if len(p) == 0:
-                raise ValueError(f"dataset row {i}: the prompt is empty")
-            if ctx and len(p) + self.args.max_completion_length > ctx:
-                raise ValueError(
-                    f"prompt {i} has {len(p)} tokens; with max_completion_length "
-                    f"{self.args.max_completion_length} it exceeds the model's context of {ctx}")
+        return [self._encode(i, r) for i, r in enumerate(self.rows)]
+
+    def _encode(self, i: int, row: dict) -> list[int]:
+        """Prompt token ids of dataset row i; an empty prompt or one too long for the context is an error."""
+        ids, ctx = encode_prompt(self.tokenizer, row["prompt"]), context_length(self.model)
+        if len(ids) == 0:
+            raise ValueError(f"dataset row {i}: the prompt is empty")
+        if ctx and len(ids) + self.args.max_completion_length > ctx:
+            raise ValueError(f"prompt {i} has {len(ids)} tokens; with max_completion_length "
+                             f"{self.args.max_completion_length} it exceeds the model's context of {ctx}")
         return ids
+
+    def _admit(self, i: int, row) -> None:
+        """A row read from a streaming dataset: checked, encoded, kept until its step is done."""
+        self.rows[i] = check_row(row, i, self.args.prompt_column)
+        self.prompt_ids[i] = self._encode(i, self.rows[i])
 
     # ------------------------------------------------------------------ the step
     def step(self) -> dict[str, float]:
@@ -177,6 +190,9 @@ class GRPOTrainer(Trainer):
         t0 = time.perf_counter()
         with self.autocast():
             batch, metrics = self.rollout(self.sampler.take(self.args.prompts_per_step))
+            if self.streaming:  # the batch holds what it needs: a stream's rows are not kept
+                self.rows.clear()
+                self.prompt_ids.clear()
             t1 = time.perf_counter()
             sums, update_metrics = self.update(batch)
         self.engine.update_weights(self.model, self.step_count + 1)

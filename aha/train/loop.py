@@ -158,6 +158,56 @@ class PromptSampler:
     def state(self) -> dict:
         return {"epoch": self.epoch, "index": self.index}
 
+    def restored(self, state: dict) -> "PromptSampler":
+        """The sampler at a checkpoint's position."""
+        return PromptSampler(self.n, self.seed, **state)
+
+
+SHUFFLE_BUFFER = 1000
+"""Rows a streaming dataset shuffles among (datasets.IterableDataset.shuffle's buffer_size)."""
+
+
+class StreamSampler:
+    """Rows of a streaming dataset in a seeded shuffled order (datasets' shuffle buffer, reseeded every epoch),
+    read as training asks for them: nothing is loaded up front, so an endless stream works. Each row goes to
+    `admit(index, row)`; `take` returns the indices. Its position is (epoch, rows read in this epoch)."""
+
+    def __init__(self, dataset, seed: int, admit, epoch: int = 0, index: int = 0):
+        self.dataset, self.seed, self.admit, self.epoch, self.index = dataset, seed, admit, epoch, index
+        self.n = 0  # rows handed out so far: their indices
+        self._rows = self._open(skip=index)
+
+    def _open(self, skip: int = 0):
+        stream = self.dataset
+        if hasattr(stream, "shuffle"):
+            stream = stream.shuffle(seed=self.seed + self.epoch, buffer_size=SHUFFLE_BUFFER)
+        rows = iter(stream)
+        for _ in range(skip):  # resuming: the same order, so skipping re-reads what was trained on
+            next(rows)
+        return rows
+
+    def take(self, k: int) -> list[int]:
+        out = []
+        while len(out) < k:
+            try:
+                row = next(self._rows)
+            except StopIteration:
+                if self.index == 0:
+                    raise ValueError("the streaming dataset is empty") from None
+                self.epoch, self.index = self.epoch + 1, 0
+                self._rows = self._open()
+                continue
+            self.admit(self.n, row)
+            out.append(self.n)
+            self.n, self.index = self.n + 1, self.index + 1
+        return out
+
+    def state(self) -> dict:
+        return {"epoch": self.epoch, "index": self.index}
+
+    def restored(self, state: dict) -> "StreamSampler":
+        return StreamSampler(self.dataset, self.seed, self.admit, **state)
+
 
 class Trainer(abc.ABC):
     """Subclasses set model, tokenizer, optimizer, scheduler, sampler, generator and define step()."""
@@ -354,7 +404,7 @@ class Trainer(abc.ABC):
     def _restore(self, path: Path) -> None:
         state = load_checkpoint(path, self.model, self.optimizer, self.scheduler)
         self.step_count = self.saved_step = state["step"]
-        self.sampler = PromptSampler(self.sampler.n, self.args.seed, **state["sampler"])
+        self.sampler = self.sampler.restored(state["sampler"])
         self.generator.set_state(state["generator"])
         for name in self.step_logs:
             keep_steps_through(self.run_dir / name, self.step_count)

@@ -1,9 +1,12 @@
 """Shared fixtures: a tiny model directory built in code (no download), once per session."""
 
+import os
+
 import pytest
 import torch
 
 torch.set_num_threads(2)
+os.environ["HF_HUB_OFFLINE"] = "1"  # tests never reach the Hub: an uncached hub id is an offline error
 
 
 @pytest.fixture(scope="session")

@@ -261,3 +261,28 @@ def test_real_conversion_reloads_with_plain_transformers(tmp_path, monkeypatch):
     with torch.no_grad():
         logits = model(ids).logits
     assert torch.isfinite(logits).all()
+
+
+def test_an_uncached_hub_id_offline_names_the_offline_copy(hub_cache, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ValueError, match=r"HF_HUB_OFFLINE is set; its offline copy is 'smollm2-135m-instruct'"):
+        zoo.resolve_model("HuggingFaceTB/SmolLM2-135M-Instruct")
+
+
+def test_an_uncached_hub_id_online_is_downloaded_or_the_failure_named(hub_cache, monkeypatch):
+    import huggingface_hub
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    calls = []
+
+    def fake_download(repo_id, allow_patterns):
+        calls.append((repo_id, allow_patterns))
+        if repo_id == "org/unreachable":
+            raise ConnectionError("no route to host")
+        return "/downloads/" + repo_id
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_download)
+    assert zoo.resolve_model("org/model") == "/downloads/org/model"
+    assert calls[0][1] == zoo.HUB_FILES
+    with pytest.raises(ValueError, match=r"could not be downloaded from the Hub \(ConnectionError: no route to host\); "
+                                         r"offline alternatives"):
+        zoo.resolve_model("org/unreachable")

@@ -117,3 +117,28 @@ def test_a_checkpoint_loads_with_from_pretrained(tiny_dir, tmp_path):
     AutoTokenizer.from_pretrained(ckpt)
     mine = dict(t.model.named_parameters())
     assert all(torch.equal(p, mine[n]) for n, p in loaded.named_parameters())
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_a_trl_script_runs_unchanged(tiny_dir, tmp_path, streaming):
+    """What a TRL user writes, word for word apart from the import."""
+    from datasets import Dataset, IterableDataset
+
+    from aha import GRPOConfig as Config, GRPOTrainer as Trainer  # from trl import GRPOConfig, GRPOTrainer
+
+    def reward_len(completions, **kwargs):
+        return [-abs(8 - len(c)) for c in completions]
+
+    data = Dataset.from_list([{"prompt": r["prompt"]} for r in PROMPTS])
+    train = IterableDataset.from_generator(lambda: iter(data)) if streaming else data
+    rec = Recorder()
+    training_args = Config(output_dir=str(tmp_path / "trl"), bf16=True, report_to="none", log_completions=True,
+                           num_generations=4, per_device_train_batch_size=8, max_completion_length=8,
+                           max_steps=2, logging_steps=1, eval_strategy="steps", eval_steps=2, learning_rate=1e-3,
+                           scale_rewards="group", loss_type="dapo", beta=0.0, seed=0)
+    trainer = Trainer(model=tiny_dir, reward_funcs=reward_len, args=training_args, train_dataset=train,
+                      eval_dataset=data.select(range(4)), callbacks=[rec])
+    trainer.train()
+    assert trainer.step_count == 2 and ("end", 2, 2) in rec.events
+    assert (tmp_path / "trl" / "completions.jsonl").is_file() and not (tmp_path / "trl" / "metrics.jsonl").exists()
+    assert any(e[0] == "evaluate" and "eval/reward/reward_len/mean" in e[2] for e in rec.events)

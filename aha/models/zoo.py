@@ -123,9 +123,13 @@ def get_model(name: str, cache_dir: str | Path | None = None, force: bool = Fals
     return target
 
 
+HUB_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]
+"""What a download of a hub model fetches: config, weights in safetensors, tokenizer files (no duplicates)."""
+
+
 def resolve_model(name_or_path: str) -> str:
-    """A loadable location: a known short name (converted on first use), an existing model
-    directory, or a hub id that is already in the local Hugging Face cache.
+    """A loadable location: a known short name (converted on first use), an existing model directory, a hub
+    id in the local Hugging Face cache, or a hub id downloaded now (unless HF_HUB_OFFLINE is set).
 
     >>> resolve_model("smollm2-135m-instruct")  # doctest: +SKIP
     '/root/.cache/aha/models/smollm2-135m-instruct'
@@ -141,10 +145,25 @@ def resolve_model(name_or_path: str) -> str:
         return str(path)
     if _in_hub_cache(name_or_path):
         return name_or_path
-    raise ValueError(
-        f"'{name_or_path}' is neither a known short name ({', '.join(sorted(KNOWN_MODELS))}), "
-        "nor a local model directory, nor a hub id present in the local Hugging Face cache "
-        "(aha takes hub models only from that cache; pass a local directory instead)")
+    twin = [name for name, m in KNOWN_MODELS.items() if m.upstream.lower() == name_or_path.lower()]
+    alternatives = (f"its offline copy is '{twin[0]}'; " if twin else "") + (
+        f"offline alternatives: a local model directory, or a known short name ({', '.join(sorted(KNOWN_MODELS))}, "
+        "`aha models get NAME`)")
+    if _offline():
+        raise ValueError(f"'{name_or_path}' is neither a known short name, nor a local model directory, nor a hub "
+                         f"id in the local Hugging Face cache, and HF_HUB_OFFLINE is set; {alternatives}")
+    from huggingface_hub import snapshot_download
+    try:
+        return snapshot_download(name_or_path, allow_patterns=HUB_FILES)
+    except Exception as e:  # noqa: BLE001 - unreachable hub, unknown repo, gated model: one clear message
+        reason = (str(e).strip().splitlines() or [""])[0]
+        raise ValueError(f"'{name_or_path}' is neither a known short name nor a local model directory, and it "
+                         f"could not be downloaded from the Hub ({type(e).__name__}: {reason}); "
+                         f"{alternatives}") from e
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in {"1", "ON", "YES", "TRUE"}
 
 
 def _in_hub_cache(repo_id: str) -> bool:

@@ -27,8 +27,64 @@ class Logger:
     def log(self, step: int, metrics: dict[str, float]) -> None:
         pass
 
+    def log_table(self, step: int, name: str, rows: list[dict]) -> None:
+        """A table of rows with the same keys (GRPO's completion groups); sinks without tables ignore it."""
+
     def close(self) -> None:
         pass
+
+
+def _finite(metrics: dict) -> dict[str, float]:
+    return {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(v)}
+
+
+def _cells(rows: list[dict]) -> tuple[list[str], list[list]]:
+    """Columns and rows for a tracker table: nested values (per-function rewards, chat prompts) as JSON text."""
+    columns = list(rows[0])
+    return columns, [[v if isinstance(v, (str, int, float, type(None))) else json.dumps(v) for v in r.values()]
+                     for r in rows]
+
+
+class WandbLogger(Logger):
+    """Weights & Biases (optional `wandb`): metrics and completion tables; WANDB_MODE=offline writes only
+    to output_dir/wandb. The project is $WANDB_PROJECT (default "aha"), the run named after output_dir."""
+
+    def __init__(self, run_dir: Path, config: dict | None, resume_step: int | None = None):
+        import wandb
+        self.wandb = wandb
+        self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "aha"), dir=str(run_dir), name=run_dir.name,
+                              config=config or {}, resume="allow" if resume_step is not None else None)
+
+    def log(self, step, metrics):
+        self.run.log(_finite(metrics), step=step)
+
+    def log_table(self, step, name, rows):
+        columns, data = _cells(rows)
+        self.run.log({name: self.wandb.Table(columns=columns, data=data)}, step=step)
+
+    def close(self):
+        self.run.finish()
+
+
+class TrackioLogger(Logger):
+    """Trackio (optional `trackio`, local-first: a SQLite file under $TRACKIO_DIR): metrics and completion tables.
+    The project is $TRACKIO_PROJECT (default "aha"), the run named after output_dir."""
+
+    def __init__(self, run_dir: Path, config: dict | None, resume_step: int | None = None):
+        import trackio
+        self.trackio = trackio
+        trackio.init(project=os.environ.get("TRACKIO_PROJECT", "aha"), name=run_dir.name, config=config or {},
+                     resume="allow" if resume_step is not None else "never")
+
+    def log(self, step, metrics):
+        self.trackio.log(_finite(metrics), step=step)
+
+    def log_table(self, step, name, rows):
+        columns, data = _cells(rows)
+        self.trackio.log({name: self.trackio.Table(columns=columns, data=data)}, step=step)
+
+    def close(self):
+        self.trackio.finish()
 
 
 # ---------------------------------------------------------------- line-atomic JSONL
@@ -147,21 +203,28 @@ class MultiLogger(Logger):
         for lg in self.loggers:
             lg.log(step, metrics)
 
+    def log_table(self, step, name, rows):
+        for lg in self.loggers:
+            lg.log_table(step, name, rows)
+
     def close(self):
         for lg in self.loggers:
             lg.close()
 
 
-SINKS = {"jsonl": lambda d, resume_step: JsonlLogger(d / "metrics.jsonl", resume_step),
-         "tensorboard": lambda d, resume_step: TensorBoardLogger(d / "tensorboard", resume_step)}
+SINKS = {"jsonl": lambda d, config, resume_step: JsonlLogger(d / "metrics.jsonl", resume_step),
+         "tensorboard": lambda d, config, resume_step: TensorBoardLogger(d / "tensorboard", resume_step),
+         "wandb": WandbLogger, "trackio": TrackioLogger}
 
 
-def make_logger(report_to: list[str], run_dir: Path, resume_step: int | None = None) -> Logger:
-    """Sinks in `run_dir`; with `resume_step`, what was logged after that step is dropped first."""
+def make_logger(report_to: list[str], run_dir: Path, resume_step: int | None = None,
+                config: dict | None = None) -> Logger:
+    """Sinks in `run_dir`; with `resume_step`, what was logged after that step is dropped first. `config`
+    (the effective run config) goes to the trackers that record one."""
     unknown = [r for r in report_to if r not in SINKS and r != "none"]
     if unknown:
         raise ValueError(f"unknown report_to {unknown}; valid: {sorted(SINKS)} or none")
-    return MultiLogger([SINKS[r](Path(run_dir), resume_step) for r in report_to if r in SINKS])
+    return MultiLogger([SINKS[r](Path(run_dir), config, resume_step) for r in report_to if r in SINKS])
 
 
 def read_metrics(path: Path) -> list[dict]:

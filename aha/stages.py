@@ -45,6 +45,8 @@ def run_grpo(cfg: config.GRPOConfig) -> dict:
     trainer = GRPOTrainer(model=cfg.model, reward_funcs=rewards, args=cfg, train_dataset=data, eval_fn=eval_fn)
     metrics = trainer.train()
     trainer.save_model()
+    if cfg.push_to_hub:
+        metrics["hub_repo"] = trainer.push_to_hub()
     return metrics
 
 
@@ -63,6 +65,8 @@ def run_sft(cfg: config.SFTConfig) -> dict:
     trainer = SFTTrainer(model=cfg.model, args=cfg, train_dataset=data, eval_fn=hook if cfg.eval_steps else None)
     metrics = trainer.train()
     path = trainer.save_model()
+    if cfg.push_to_hub:
+        metrics["hub_repo"] = trainer.push_to_hub()
     if hook:
         metrics.update({f"eval/{k}": v for k, v in hook(trainer.model, trainer.tokenizer).items()})
         (Path(cfg.output_dir) / "eval.json").write_text(json.dumps(metrics, indent=2))

@@ -1,12 +1,16 @@
 """Shared fixtures: a tiny model directory built in code (no download), once per session."""
 
 import os
+import tempfile
 
 import pytest
 import torch
 
 torch.set_num_threads(2)
 os.environ["HF_HUB_OFFLINE"] = "1"  # tests never reach the Hub: an uncached hub id is an offline error
+os.environ["WANDB_MODE"] = "offline"  # trackers write local files only
+os.environ["WANDB_SILENT"] = "true"
+os.environ["TRACKIO_DIR"] = tempfile.mkdtemp(prefix="aha-trackio-")  # read by trackio when it is imported
 
 
 @pytest.fixture(scope="session")

@@ -142,3 +142,51 @@ def test_a_trl_script_runs_unchanged(tiny_dir, tmp_path, streaming):
     assert trainer.step_count == 2 and ("end", 2, 2) in rec.events
     assert (tmp_path / "trl" / "completions.jsonl").is_file() and not (tmp_path / "trl" / "metrics.jsonl").exists()
     assert any(e[0] == "evaluate" and "eval/reward/reward_len/mean" in e[2] for e in rec.events)
+
+
+def test_wandb_offline_run_has_metrics_and_completion_tables(tiny_dir, tmp_path, monkeypatch):
+    pytest.importorskip("wandb")  # offline: WANDB_MODE is set in conftest
+    t = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], train_dataset=PROMPTS,
+                    args=args(tmp_path, max_steps=2, report_to="wandb", log_completions_steps=1))
+    t.train()
+    runs = list((tmp_path / "run" / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1
+    tables = sorted(runs[0].glob("files/media/table/completions_*.table.json"))
+    assert len(tables) == 2  # one per logged step
+    table = json.loads(tables[-1].read_text())
+    assert table["columns"] == ["step", "group", "prompt", "answer", "completion", "rewards", "reward", "advantage"]
+    assert len(table["data"]) == 8 and table["data"][0][0] == 2  # every completion of step 2 (B x G = 2 x 4)
+    assert json.loads(table["data"][0][5]).keys() == {"digit_share"}
+
+
+def test_trackio_run_is_local_with_metrics_and_completion_tables(tiny_dir, tmp_path, monkeypatch):
+    pytest.importorskip("trackio")
+    import os
+    import sqlite3
+    from pathlib import Path
+    project = f"aha-test-{tmp_path.name}"
+    monkeypatch.setenv("TRACKIO_PROJECT", project)  # the store itself is $TRACKIO_DIR, set in conftest
+    t = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], train_dataset=PROMPTS,
+                    args=args(tmp_path, max_steps=2, report_to=["trackio"], log_completions_steps=2))
+    t.train()
+    db = sqlite3.connect(Path(os.environ["TRACKIO_DIR"]) / f"{project}.db")
+    logged = [(step, json.loads(m)) for step, m in db.execute("select step, metrics from metrics order by id")]
+    assert [s for s, m in logged if "reward/mean" in m] == [1, 2]
+    tables = [m["completions"] for s, m in logged if "completions" in m]
+    assert len(tables) == 1 and tables[0]["_type"] == "trackio.table" and len(tables[0]["_value"]) == 8
+
+
+def test_push_to_hub_uploads_the_saved_model(tiny_dir, tmp_path, monkeypatch):
+    import huggingface_hub
+    calls = {}
+    monkeypatch.setattr(huggingface_hub, "create_repo", lambda repo_id, **kw: calls.update(created=repo_id))
+    monkeypatch.setattr(huggingface_hub, "upload_folder", lambda **kw: calls.update(kw))
+    t = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], train_dataset=PROMPTS,
+                    args=args(tmp_path, max_steps=1, push_to_hub=True, hub_model_id="me/tiny-grpo"))
+    with pytest.raises(FileNotFoundError, match="no saved model"):
+        t.push_to_hub()
+    t.train()
+    t.save_model()
+    assert t.push_to_hub() == "me/tiny-grpo"
+    assert calls["created"] == "me/tiny-grpo" and calls["repo_id"] == "me/tiny-grpo"
+    assert (tmp_path / "run" / "model" / "config.json").samefile(f"{calls['folder_path']}/config.json")

@@ -100,14 +100,20 @@ class TrainConfig:
     """Seed for data order, sampling and initialisation."""
     logging_steps: int = 1
     """Write metrics every this many steps."""
-    report_to: list[Literal["jsonl", "tensorboard", "none"]] = field(default_factory=lambda: ["jsonl", "tensorboard"])
-    """Metric sinks: jsonl, tensorboard (both write into output_dir)."""
+    report_to: list[Literal["jsonl", "tensorboard", "wandb", "trackio", "none"]] = field(
+        default_factory=lambda: ["jsonl", "tensorboard"])
+    """Metric sinks: jsonl, tensorboard (both in output_dir), wandb, trackio (optional packages; GRPO's
+    completion groups go to them as tables)."""
     save_steps: int = 0
     """Checkpoint every this many steps (0: only at the end)."""
     save_total_limit: int = 2
     """Keep at most this many checkpoints (oldest removed first)."""
     resume: bool = False
     """Continue from the last complete checkpoint in output_dir."""
+    push_to_hub: bool = False
+    """After training, upload the saved model to the Hub repository hub_model_id (huggingface_hub; needs a token)."""
+    hub_model_id: Optional[str] = None
+    """Hub repository for push_to_hub, e.g. user/model (default: the output_dir's name under your account)."""
     overwrite_output_dir: bool = False
     """Remove an earlier run's files from output_dir first (without it, a non-empty output_dir is refused)."""
     progress_bar: bool = True

@@ -365,9 +365,11 @@ class GRPOTrainer(Trainer):
             return
         names, prompts, G = [reward_name(f) for f in self.reward_funcs], b.prompts, self.args.num_generations
         nan_to_none = lambda v: None if v != v else float(v)  # noqa: E731
-        append_jsonl(self.run_dir / COMPLETIONS_LOG, [
-            {"step": self.step_count, "group": i // G, "prompt": prompts[i], "answer": b.rows[i // G].get("answer"),
-             "completion": b.texts[i], "rewards": dict(zip(names, map(nan_to_none, b.rewards_per_func[i].tolist()))),
-             "reward": nan_to_none(b.rewards[i]), "advantage": float(b.advantages[i])} for i in range(len(b.texts))])
+        rows = [{"step": self.step_count, "group": i // G, "prompt": prompts[i], "answer": b.rows[i // G].get("answer"),
+                 "completion": b.texts[i],
+                 "rewards": dict(zip(names, map(nan_to_none, b.rewards_per_func[i].tolist()))),
+                 "reward": nan_to_none(b.rewards[i]), "advantage": float(b.advantages[i])} for i in range(len(b.texts))]
+        append_jsonl(self.run_dir / COMPLETIONS_LOG, rows)
+        self.logger.log_table(self.step_count, "completions", rows)
         for i in range(min(self.args.num_completions_to_print, len(b.texts))):
             bar.write(f"[step {self.step_count}] reward={float(b.rewards[i]):.3f} | {b.texts[i][:200]!r}")

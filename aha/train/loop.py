@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import dataclasses
 import errno
 import logging
 import math
@@ -295,7 +296,9 @@ class Trainer(abc.ABC):
         if a.eval_steps and not self.eval_fn:
             log.warning("eval_steps=%d but nothing to evaluate (no task, eval_fn or eval_dataset): no eval/ metrics",
                         a.eval_steps)
-        logger = make_logger(a.report_to, self.run_dir, self.saved_step if resume else None)
+        logger = make_logger(a.report_to, self.run_dir, self.saved_step if resume else None,
+                             config=dataclasses.asdict(a))
+        self.logger = logger
         self.callbacks = Callbacks(self.callback_objects, a, self.max_steps)
         self.callbacks.fire("on_train_begin", self.step_count, self.model)
         if self.eval_fn and a.eval_steps and self.step_count == 0:  # the starting point of the curve
@@ -409,6 +412,18 @@ class Trainer(abc.ABC):
         for name in self.step_logs:
             keep_steps_through(self.run_dir / name, self.step_count)
         log.info("resumed from %s at step %d", path, self.step_count)
+
+    def push_to_hub(self, repo_id: str | None = None, model_dir: str | Path | None = None) -> str:
+        """Upload the saved model directory (save_model's, by default) to a Hub model repository."""
+        from huggingface_hub import create_repo, upload_folder
+        model_dir = Path(model_dir or self.run_dir / "model")
+        if not (model_dir / "config.json").is_file() and not (model_dir / "adapter_config.json").is_file():
+            raise FileNotFoundError(f"no saved model in {model_dir}: call save_model() first")
+        repo_id = repo_id or self.args.hub_model_id or self.run_dir.name
+        create_repo(repo_id, exist_ok=True, repo_type="model")
+        upload_folder(repo_id=repo_id, folder_path=str(model_dir), repo_type="model",
+                      commit_message=f"aha: {type(self).__name__} after {self.step_count} steps")
+        return repo_id
 
     def save_model(self, output_dir: str | Path | None = None) -> Path:
         """Save in Hugging Face format (LoRA merged unless save_merged=false)."""

@@ -72,6 +72,25 @@ def cmd_plot(argv):
     return out
 
 
+def cmd_examples(argv):
+    """The example configs shipped with aha: listed, or copied into a directory (`aha examples DIR`)."""
+    import shutil
+    from pathlib import Path
+    source = Path(__file__).parent / "examples"
+    files = sorted(source.glob("*.yaml"))
+    if argv and argv[0] in ("--help", "-h"):
+        print("usage: aha examples [DIR]   (lists the example configs; with DIR, copies them there)")
+        sys.exit(0)
+    if not argv:
+        return {"directory": str(source), "configs": [f.name for f in files]}
+    target = Path(argv[0])
+    target.mkdir(parents=True, exist_ok=True)
+    taken = [f.name for f in files if (target / f.name).exists()]
+    if taken:
+        raise FileExistsError(f"{target} already has {', '.join(taken)}; nothing was copied")
+    return {"copied": [str(shutil.copy(f, target / f.name)) for f in files]}
+
+
 def _stage_command(name: str):
     def run(argv):
         from .stages import get_stage
@@ -83,7 +102,7 @@ def _stage_command(name: str):
 CLI_STAGES = ("demo", "train", "sft", "eval", "sample")
 """Stages with a command of their own (the rest of aha.stages.STAGES run inside recipes)."""
 COMMANDS = {**{name: _stage_command(name) for name in CLI_STAGES}, "recipe": cmd_recipe, "models": cmd_models,
-            "plot": cmd_plot}
+            "plot": cmd_plot, "examples": cmd_examples}
 USAGE = """usage: aha COMMAND [CONFIG.yaml] [key=value ...]
 
 commands:
@@ -95,6 +114,7 @@ commands:
   recipe   multi-stage pipeline          (aha recipe RECIPE.yaml)
   models   offline model zoo             (aha models get smollm2-135m-instruct)
   plot     every metric of a run         (aha plot runs/grpo -> runs/grpo/metrics.png)
+  examples the example configs           (aha examples DIR copies them to DIR)
 """
 
 

@@ -47,12 +47,13 @@ def _cells(rows: list[dict]) -> tuple[list[str], list[list]]:
 
 class WandbLogger(Logger):
     """Weights & Biases (optional `wandb`): metrics and completion tables; WANDB_MODE=offline writes only
-    to output_dir/wandb. The project is $WANDB_PROJECT (default "aha"), the run named after output_dir."""
+    to output_dir/wandb. The project is $WANDB_PROJECT (default "aha"), the run is run_name or output_dir's name."""
 
     def __init__(self, run_dir: Path, config: dict | None, resume_step: int | None = None):
         import wandb
         self.wandb = wandb
-        self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "aha"), dir=str(run_dir), name=run_dir.name,
+        name = (config or {}).get("run_name") or run_dir.name
+        self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "aha"), dir=str(run_dir), name=name,
                               config=config or {}, resume="allow" if resume_step is not None else None)
 
     def log(self, step, metrics):
@@ -68,12 +69,13 @@ class WandbLogger(Logger):
 
 class TrackioLogger(Logger):
     """Trackio (optional `trackio`, local-first: a SQLite file under $TRACKIO_DIR): metrics and completion tables.
-    The project is $TRACKIO_PROJECT (default "aha"), the run named after output_dir."""
+    The project is $TRACKIO_PROJECT (default "aha"), the run is run_name or output_dir's name."""
 
     def __init__(self, run_dir: Path, config: dict | None, resume_step: int | None = None):
         import trackio
         self.trackio = trackio
-        trackio.init(project=os.environ.get("TRACKIO_PROJECT", "aha"), name=run_dir.name, config=config or {},
+        trackio.init(project=os.environ.get("TRACKIO_PROJECT", "aha"), name=(config or {}).get("run_name") or run_dir.name,
+                     config=config or {},
                      resume="allow" if resume_step is not None else "never")
 
     def log(self, step, metrics):
@@ -213,7 +215,8 @@ class MultiLogger(Logger):
 
 
 SINKS = {"jsonl": lambda d, config, resume_step: JsonlLogger(d / "metrics.jsonl", resume_step),
-         "tensorboard": lambda d, config, resume_step: TensorBoardLogger(d / "tensorboard", resume_step),
+         "tensorboard": lambda d, config, resume_step: TensorBoardLogger(
+             Path((config or {}).get("logging_dir") or d / "tensorboard"), resume_step),
          "wandb": WandbLogger, "trackio": TrackioLogger}
 
 

@@ -42,3 +42,29 @@ def test_a_name_that_is_an_aha_field_is_never_refused():
     with pytest.raises(ConfigError, match="'num_train_epochs' is a TRL GRPOConfig field"):
         GRPOConfig(num_train_epochs=2)
     assert GRPOConfig(bf16=True).bf16 is True  # a TRL name aha has as a field of its own
+
+
+def test_warmup_ratio_shuffle_dataset_and_logging_dir_do_what_trl_says(tiny_dir, tmp_path):
+    from aha.train.grpo import GRPOTrainer
+
+    def digit_share(prompts, completions, **kw):
+        return [sum(ch.isdigit() for ch in c) / max(len(c), 1) for c in completions]
+
+    rows = [{"prompt": f"{a}+1="} for a in range(12)]
+    cfg = GRPOConfig(output_dir=str(tmp_path / "run"), max_steps=4, num_generations=4, per_device_train_batch_size=8,
+                     max_completion_length=4, learning_rate=1e-2, progress_bar=False, report_to=["tensorboard"],
+                     log_completions_steps=0, warmup_ratio=0.5, shuffle_dataset=False,
+                     logging_dir=str(tmp_path / "tb"))
+    t = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], args=cfg, train_dataset=rows)
+    assert t.sampler.take(6) == [0, 1, 2, 3, 4, 5]  # dataset order
+    lrs = [t.scheduler.get_last_lr()[0]]
+    for _ in range(4):
+        t.optimizer.step()
+        t.scheduler.step()
+        lrs.append(t.scheduler.get_last_lr()[0])
+    # 4 optimizer steps, warmup 0.5 * 4 = 2: 0, 1/2, 1 of the peak, then constant
+    assert lrs[:3] == pytest.approx([0.0, 5e-3, 1e-2]) and lrs[3:] == pytest.approx([1e-2, 1e-2])
+    t2 = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], train_dataset=rows,
+                     args=GRPOConfig(**{**cfg.__dict__, "output_dir": str(tmp_path / "run2"), "max_steps": 1}))
+    t2.train()
+    assert list((tmp_path / "tb").glob("events.out.tfevents.*")) and not (tmp_path / "run2" / "tensorboard").exists()

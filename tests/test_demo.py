@@ -31,3 +31,12 @@ def test_aha_plot_draws_every_metric_of_a_run(tmp_path):
     png = Image.open(run / "metrics.png")
     assert png.size == (3 * 420, 300)  # three metrics with values (kl has none): one row of three panels
     assert main(["plot", str(tmp_path / "missing")]) == 2
+
+
+def test_aha_examples_lists_and_copies_the_shipped_configs(tmp_path, capsys):
+    assert main(["examples"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert "grpo_arithmetic.yaml" in listed["configs"] and "recipe_arithmetic.yaml" in listed["configs"]
+    assert main(["examples", str(tmp_path / "ex")]) == 0
+    assert (tmp_path / "ex" / "grpo_arithmetic.yaml").is_file()
+    assert main(["examples", str(tmp_path / "ex")]) == 2  # never overwrites

@@ -90,6 +90,8 @@ class TrainConfig:
     """Learning-rate shape after warmup."""
     warmup_steps: int = 0
     """Linear warmup, in optimizer steps."""
+    warmup_ratio: float = 0.0
+    """Linear warmup as a share of all optimizer steps (TRL's name; used when warmup_steps is 0)."""
     per_device_train_batch_size: int = 8
     """Sequences per forward/backward pass (micro-batch)."""
     gradient_accumulation_steps: int = 1
@@ -104,6 +106,10 @@ class TrainConfig:
         default_factory=lambda: ["jsonl", "tensorboard"])
     """Metric sinks: jsonl, tensorboard (both in output_dir), wandb, trackio (optional packages; GRPO's
     completion groups go to them as tables)."""
+    run_name: Optional[str] = None
+    """Name of the run in wandb and trackio (default: the output_dir's name)."""
+    logging_dir: Optional[str] = None
+    """TensorBoard directory (default: output_dir/tensorboard)."""
     save_steps: int = 0
     """Checkpoint every this many steps (0: only at the end)."""
     save_total_limit: int = 2
@@ -135,6 +141,7 @@ class TrainConfig:
             "adam_beta2": (lambda v: 0 <= v < 1, "in [0, 1)"),
             "max_grad_norm": (finite(non_negative), ">= 0 (0 disables clipping)"),
             "warmup_steps": (non_negative, ">= 0"),
+            "warmup_ratio": (lambda v: 0 <= v < 1, "in [0, 1)"),
             "per_device_train_batch_size": (at_least_one, ">= 1"),
             "gradient_accumulation_steps": (at_least_one, ">= 1"),
             "max_steps": (non_negative, ">= 0"),
@@ -165,6 +172,8 @@ class GRPOConfig(TrainConfig):
     """Training data as a JSONL file with a prompt column (overrides the task's data)."""
     prompt_column: str = "prompt"
     """Column holding the prompt (a string or a list of chat messages)."""
+    shuffle_dataset: bool = True
+    """Draw prompts in a seeded random order, reshuffled every epoch (false: in dataset order)."""
     reward_funcs: list[str] = field(default_factory=list)
     """Reward names from aha.rewards (math, format, ...) or module:function (overrides the task's)."""
     reward_kwargs: dict[str, Any] = field(default_factory=dict)

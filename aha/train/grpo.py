@@ -157,8 +157,8 @@ class GRPOTrainer(Trainer):
         self.optimizer, self.scheduler = build_optimizer(args, self.model, args.optimizer_steps)
         self.engine = HFEngine.for_model(self.model, self.tokenizer, args.generation_max_batch)
         self.sampling = SamplingParams(args.temperature, args.top_p, args.top_k, args.max_completion_length)
-        self.sampler = (StreamSampler(train_dataset, args.seed, self._admit) if self.streaming
-                        else PromptSampler(len(self.rows), args.seed))
+        self.sampler = (StreamSampler(train_dataset, args.seed, self._admit, shuffle=args.shuffle_dataset)
+                        if self.streaming else PromptSampler(len(self.rows), args.seed, shuffle=args.shuffle_dataset))
         if eval_dataset is not None:
             self.eval_fn = self._reward_eval(load_rows(eval_dataset, args.prompt_column), eval_fn)
         self.last_batch: GRPOBatch | None = None

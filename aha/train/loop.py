@@ -100,7 +100,8 @@ def build_optimizer(cfg: TrainConfig, model, total_steps: int):
     opt = torch.optim.AdamW(params, lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2),
                             weight_decay=cfg.weight_decay)
     name = {"constant": "constant_with_warmup"}.get(cfg.lr_scheduler_type, cfg.lr_scheduler_type)
-    sched = get_scheduler(name, opt, num_warmup_steps=cfg.warmup_steps,
+    warmup = cfg.warmup_steps or round(cfg.warmup_ratio * total_steps)
+    sched = get_scheduler(name, opt, num_warmup_steps=warmup,
                           num_training_steps=max(total_steps, 1))
     return opt, sched
 
@@ -137,13 +138,16 @@ def optimizer_step(cfg: TrainConfig, model, opt, sched, loss: float = 0.0) -> fl
 
 
 class PromptSampler:
-    """Walks seeded per-epoch permutations of the dataset; its position is two integers."""
+    """Walks seeded per-epoch permutations of the dataset (or its order, with shuffle=False); its position
+    is two integers."""
 
-    def __init__(self, n: int, seed: int, epoch: int = 0, index: int = 0):
-        self.n, self.seed, self.epoch, self.index = n, seed, epoch, index
+    def __init__(self, n: int, seed: int, epoch: int = 0, index: int = 0, shuffle: bool = True):
+        self.n, self.seed, self.epoch, self.index, self.shuffle = n, seed, epoch, index, shuffle
         self._perm = self._permutation()
 
     def _permutation(self) -> list[int]:
+        if not self.shuffle:
+            return list(range(self.n))
         return torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed + self.epoch)).tolist()
 
     def take(self, k: int) -> list[int]:
@@ -161,7 +165,7 @@ class PromptSampler:
 
     def restored(self, state: dict) -> "PromptSampler":
         """The sampler at a checkpoint's position."""
-        return PromptSampler(self.n, self.seed, **state)
+        return PromptSampler(self.n, self.seed, shuffle=self.shuffle, **state)
 
 
 SHUFFLE_BUFFER = 1000
@@ -173,14 +177,15 @@ class StreamSampler:
     read as training asks for them: nothing is loaded up front, so an endless stream works. Each row goes to
     `admit(index, row)`; `take` returns the indices. Its position is (epoch, rows read in this epoch)."""
 
-    def __init__(self, dataset, seed: int, admit, epoch: int = 0, index: int = 0):
+    def __init__(self, dataset, seed: int, admit, epoch: int = 0, index: int = 0, shuffle: bool = True):
         self.dataset, self.seed, self.admit, self.epoch, self.index = dataset, seed, admit, epoch, index
+        self.shuffle = shuffle
         self.n = 0  # rows handed out so far: their indices
         self._rows = self._open(skip=index)
 
     def _open(self, skip: int = 0):
         stream = self.dataset
-        if hasattr(stream, "shuffle"):
+        if self.shuffle and hasattr(stream, "shuffle"):
             stream = stream.shuffle(seed=self.seed + self.epoch, buffer_size=SHUFFLE_BUFFER)
         rows = iter(stream)
         for _ in range(skip):  # resuming: the same order, so skipping re-reads what was trained on
@@ -207,7 +212,7 @@ class StreamSampler:
         return {"epoch": self.epoch, "index": self.index}
 
     def restored(self, state: dict) -> "StreamSampler":
-        return StreamSampler(self.dataset, self.seed, self.admit, **state)
+        return StreamSampler(self.dataset, self.seed, self.admit, shuffle=self.shuffle, **state)
 
 
 class Trainer(abc.ABC):

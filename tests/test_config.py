@@ -156,5 +156,5 @@ def test_derived_values_are_computed_once_in_the_config():
 
 def test_help_names_the_allowed_values():
     text = help_text(GRPOConfig)
-    assert "dtype (one of float32, bfloat16, float16, default \"float32\")" in text
+    assert "dtype (one of float32, bfloat16, float16, auto, default \"float32\")" in text
     assert "epsilon_high (float or null, default null)" in text

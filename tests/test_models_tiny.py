@@ -144,3 +144,16 @@ def test_bad_names_list_the_valid_ones(tok):
         build_config(tok, "tiny", "gpt2")
     with pytest.raises(ValueError, match="vocab_size"):
         build_config(tok, "tiny", overrides={"vocab_size": 10})
+
+
+def test_dtype_auto_is_bfloat16_only_where_native(monkeypatch):
+    import torch
+    from aha.models import load
+    native = load.native_bf16("cpu")
+    flags = open("/proc/cpuinfo").read().split()
+    assert native == any(f in flags for f in load.BF16_CPU_FLAGS)  # this CPU, read from its flags
+    assert load.resolve_dtype("auto", "cpu") == (torch.bfloat16 if native else torch.float32)
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")  # torch told to run as a CPU without AVX-512
+    assert load.resolve_dtype("auto", "cpu") == torch.float32
+    monkeypatch.setattr(load, "native_bf16", lambda device=None: True)
+    assert load.resolve_dtype("auto", "cpu") == torch.bfloat16 and load.resolve_dtype("float16") == torch.float16

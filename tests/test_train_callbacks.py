@@ -190,3 +190,31 @@ def test_push_to_hub_uploads_the_saved_model(tiny_dir, tmp_path, monkeypatch):
     assert t.push_to_hub() == "me/tiny-grpo"
     assert calls["created"] == "me/tiny-grpo" and calls["repo_id"] == "me/tiny-grpo"
     assert (tmp_path / "run" / "model" / "config.json").samefile(f"{calls['folder_path']}/config.json")
+
+
+def test_bf16_mixed_precision_keeps_updates_that_bf16_weights_lose(tiny_dir, tmp_path):
+    """One AdamW step moves each weight by about the learning rate (m/sqrt(v) = sign(g) on the first step).
+    At lr 1e-5, far below bfloat16's spacing near these weights (2^-13 = 1.2e-4 at 0.02), bfloat16 weights
+    round the update away; bf16 mixed precision (float32 weights) keeps it, as float32 training does."""
+    import torch
+    from aha.config import SFTConfig
+    from aha.train.sft import SFTTrainer
+    rows = [{"prompt": f"{a}+1=", "completion": str(a + 1)} for a in range(16)]
+    lr = 1e-5
+
+    def delta(**kw):
+        cfg = SFTConfig(output_dir=str(tmp_path / "-".join(map(str, kw.values()))), max_steps=1, learning_rate=lr,
+                        per_device_train_batch_size=16, progress_bar=False, report_to=["none"], **kw)
+        t = SFTTrainer(model=tiny_dir, args=cfg, train_dataset=rows)
+        w = t.model.model.layers[0].mlp.up_proj.weight
+        before = w.detach().float().clone()
+        t.train()
+        return (w.detach().float() - before).abs()
+
+    mixed, full, bf16_weights = delta(bf16=True), delta(dtype="float32"), delta(dtype="bfloat16")
+    def got_update(moved):  # share of weights that moved by lr (to float32 rounding of w + lr, 2e-9 near 0.05)
+        return ((moved - lr).abs() < 0.01 * lr).float().mean().item()
+
+    assert got_update(mixed) > 0.99 and got_update(full) > 0.99
+    assert got_update(bf16_weights) < 0.01  # rounded away, or (weights near 0) rounded to a bf16 step, not lr
+    assert (bf16_weights == 0).float().mean() > 0.5

@@ -13,7 +13,7 @@ from typing import Any, Literal, Optional
 
 from .parse import ConfigError, checked
 
-DType = Literal["float32", "bfloat16", "float16"]
+DType = Literal["float32", "bfloat16", "float16", "auto"]
 
 
 def require(ok: bool, key: str, rule: str, value: Any) -> None:
@@ -54,7 +54,8 @@ class TrainConfig:
     model: str = ""
     """Policy model: hub id in the local cache, local directory, or a known short name."""
     dtype: DType = "float32"
-    """Weights dtype (all of training happens in it; for mixed precision keep float32 and set bf16)."""
+    """Weights dtype (all of training happens in it; for mixed precision keep float32 and set bf16);
+    auto: bfloat16 where the device computes it natively, float32 elsewhere."""
     bf16: bool = False
     """Mixed precision as in TRL/transformers: forward passes under torch.autocast to bfloat16, weights and
     optimizer state in `dtype`. Fast where the CPU or GPU computes bfloat16 natively."""

@@ -4,6 +4,7 @@ pad token, LoRA and dtype set in one place."""
 from __future__ import annotations
 
 import copy
+import os
 from pathlib import Path
 
 import torch
@@ -12,6 +13,33 @@ from ..fileio import atomic_directory
 from .tokens import ensure_pad_token
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+"""/proc/cpuinfo flags of CPUs that multiply bfloat16 natively (without them a bf16 matmul is emulated, slower
+than float32)."""
+
+
+def native_bf16(device: str | None = None) -> bool:
+    """Does `device` (default: CUDA when present, else the CPU) compute bfloat16 natively? On the CPU, a torch
+    told to use AVX2 kernels (ATEN_CPU_CAPABILITY=avx2 or lower) does not, whatever the CPU."""
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda"):
+        return torch.cuda.is_bf16_supported()
+    if os.environ.get("ATEN_CPU_CAPABILITY", "").lower() in ("default", "avx2", "avx"):
+        return False
+    try:
+        flags = Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return False
+    return any(flag in flags for flag in BF16_CPU_FLAGS)
+
+
+def resolve_dtype(dtype: str, device: str | None = None) -> torch.dtype:
+    """A dtype name, or "auto": bfloat16 where computed natively, float32 elsewhere."""
+    if dtype == "auto":
+        return torch.bfloat16 if native_bf16(device) else torch.float32
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype '{dtype}'; valid: {sorted(DTYPES)} or auto")
+    return DTYPES[dtype]
 SAFE_WEIGHTS = "model.safetensors"
 """The single-file weights name transformers writes and reads."""
 
@@ -34,9 +62,7 @@ def load_model(name_or_path: str, dtype: str = "float32", attn_implementation: s
                gradient_checkpointing: bool = False, device: str | None = None):
     """A transformers causal LM, on `device` (default: CUDA when present, else CPU)."""
     from transformers import AutoModelForCausalLM
-    if dtype not in DTYPES:
-        raise ValueError(f"unknown dtype '{dtype}'; valid: {sorted(DTYPES)}")
-    kwargs = {"dtype": DTYPES[dtype]}
+    kwargs = {"dtype": resolve_dtype(dtype, device)}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     path = resolve(name_or_path)

@@ -224,3 +224,16 @@ def aggregate(name: str, loss: Tensor, mask: Tensor, num_sequences: int | None =
         int(mask.sum().item()) if num_tokens is None else num_tokens,
         loss.shape[1] if max_len is None else max_len)
 
+
+
+# ---------------------------------------------------------------- token selection
+def high_entropy_mask(entropy: Tensor, mask: Tensor, keep_quantile: float) -> Tensor:
+    """1.0 on the tokens whose entropy is in the top `keep_quantile` share of the masked tokens, else 0.0
+    ("Beyond the 80/20 rule": train the policy loss on high-entropy forking tokens only; 1.0 keeps every
+    token, 0.0 only the highest). Example: entropies [1, 2, 3, 4], keep 0.5 -> [0, 0, 1, 1]."""
+    assert entropy.shape == mask.shape and entropy.dim() == 2, (entropy.shape, mask.shape)
+    valid = mask.bool()                                               # [n,T]
+    if keep_quantile >= 1.0 or not valid.any():
+        return valid.to(entropy.dtype)
+    threshold = torch.quantile(entropy[valid].float(), 1.0 - keep_quantile)
+    return (valid & (entropy >= threshold)).to(entropy.dtype)         # [n,T]

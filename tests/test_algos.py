@@ -201,3 +201,12 @@ def test_micro_batches_add_up_to_the_full_batch():
         full = algos.aggregate(name, loss, mask, **totals)
         parts = sum(algos.aggregate(name, loss[i:i + 2], mask[i:i + 2], **totals) for i in range(0, 6, 2))
         close(parts, full, atol=1e-6)
+
+
+def test_high_entropy_mask_by_hand():
+    # masked tokens [1, 2, 3, 4] (the 9 is padding): keep 0.5 -> 50% quantile 2.5 -> tokens 3 and 4
+    ent = torch.tensor([[1.0, 2.0, 9.0], [3.0, 4.0, 0.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 1, 0]])
+    close(algos.high_entropy_mask(ent, mask, 0.5), [[0, 0, 0], [1, 1, 0]])
+    close(algos.high_entropy_mask(ent, mask, 0.0), [[0, 0, 0], [0, 1, 0]])   # only the highest
+    close(algos.high_entropy_mask(ent, mask, 1.0), mask.float())              # every token

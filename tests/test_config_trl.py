@@ -28,7 +28,7 @@ def test_log_completions_and_eval_strategy():
 
 
 @pytest.mark.parametrize("key", ["use_vllm", "vllm_mode", "max_prompt_length", "steps_per_generation",
-                                 "sync_ref_model", "repetition_penalty"])
+                                 "min_p", "repetition_penalty"])
 def test_unsupported_trl_fields_say_so_and_what_to_use(key):
     with pytest.raises(ConfigError, match=rf"'{key}' is a TRL GRPOConfig field aha does not support: \w"):
         GRPOConfig(**{key: 1})
@@ -38,9 +38,7 @@ def test_unsupported_trl_fields_say_so_and_what_to_use(key):
 
 def test_a_name_that_is_an_aha_field_is_never_refused():
     assert SFTConfig(num_train_epochs=2.0).num_train_epochs == 2.0  # SFT has it; GRPO does not
-    assert "num_train_epochs" in UNSUPPORTED
-    with pytest.raises(ConfigError, match="'num_train_epochs' is a TRL GRPOConfig field"):
-        GRPOConfig(num_train_epochs=2)
+    assert "optim" in UNSUPPORTED and SFTConfig.__dataclass_fields__.get("optim") is None
     assert GRPOConfig(bf16=True).bf16 is True  # a TRL name aha has as a field of its own
 
 
@@ -68,3 +66,48 @@ def test_warmup_ratio_shuffle_dataset_and_logging_dir_do_what_trl_says(tiny_dir,
                      args=GRPOConfig(**{**cfg.__dict__, "output_dir": str(tmp_path / "run2"), "max_steps": 1}))
     t2.train()
     assert list((tmp_path / "tb").glob("events.out.tfevents.*")) and not (tmp_path / "run2" / "tensorboard").exists()
+
+
+def _trainer(tiny_dir, tmp_path, **kw):
+    from aha.train.grpo import GRPOTrainer
+
+    def digit_share(prompts, completions, **kw):  # spread inside every group
+        return [float(sum(map(ord, c)) % 3) for c in completions]
+
+    base = dict(output_dir=str(tmp_path / "run"), num_generations=4, per_device_train_batch_size=8,
+                max_completion_length=4, learning_rate=1e-2, progress_bar=False, report_to=["none"],
+                log_completions_steps=0)
+    return GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], args=GRPOConfig(**{**base, **kw}),
+                       train_dataset=[{"prompt": f"{a}+{b}="} for a in range(10) for b in range(3)])
+
+
+def test_num_train_epochs_sets_the_steps_from_the_dataset(tiny_dir, tmp_path):
+    t = _trainer(tiny_dir, tmp_path, num_train_epochs=0.2)  # 30 prompts, 2 a step: ceil(0.2 * 30 / 2) = 3
+    assert t.max_steps == 3
+    t.train()
+    assert t.step_count == 3
+
+
+def test_sync_ref_model_mixes_the_policy_into_the_reference(tiny_dir, tmp_path):
+    import torch
+    t = _trainer(tiny_dir, tmp_path, max_steps=2, beta=0.1, sync_ref_model=True, ref_model_sync_steps=2,
+                 ref_model_mixup_alpha=0.5)
+    ref0 = {n: p.clone() for n, p in t.ref_model.named_parameters()}
+    t.step()
+    t.step_count = 1
+    assert all(torch.equal(ref0[n], p) for n, p in t.ref_model.named_parameters())  # step 1: no sync
+    t.step()
+    policy = dict(t.model.named_parameters())
+    for n, p in t.ref_model.named_parameters():  # step 2: ref = 0.5 policy + 0.5 ref
+        torch.testing.assert_close(p, 0.5 * policy[n].detach() + 0.5 * ref0[n], rtol=0, atol=1e-7)
+    with pytest.raises(ConfigError, match="sync_ref_model needs a reference model: set beta > 0"):
+        GRPOConfig(sync_ref_model=True)
+
+
+def test_disable_dropout_and_top_entropy_quantile(tiny_dir, tmp_path):
+    import torch
+    t = _trainer(tiny_dir, tmp_path, max_steps=1, disable_dropout=True, top_entropy_quantile=0.2)
+    assert all(m.p == 0.0 for m in t.model.modules() if isinstance(m, torch.nn.Dropout))
+    assert all(m.attention_dropout == 0.0 for m in t.model.modules() if hasattr(m, "attention_dropout"))
+    m = t.train()
+    assert m["train/trained_frac"] > 0 and m["grad_norm"] > 0

@@ -171,10 +171,11 @@ def test_pool_recovers_when_a_worker_is_killed_from_outside():
     import os
     import signal
     pool = symbolic_pool()
-    assert pool.map([{"pred": "1", "gold": "1"}], 5.0)[0][0] == "ok"
+    limit = 30.0  # generous: this checks recovery, not speed, and a loaded machine forks slowly
+    assert pool.map([{"pred": "1", "gold": "1"}], limit)[0][0] == "ok"
     for w in list(pool._workers):
         os.kill(w.pid, signal.SIGKILL)
-    assert pool.map([{"pred": r"\sqrt{4}", "gold": "2"}], 5.0) == [("ok", {"gold_ok": True, "equal": True})]
+    assert pool.map([{"pred": r"\sqrt{4}", "gold": "2"}], limit) == [("ok", {"gold_ok": True, "equal": True})]
 
 
 def test_workers_run_under_the_memory_cap():

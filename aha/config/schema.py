@@ -221,6 +221,18 @@ class GRPOConfig(TrainConfig):
     """How many completions to print when logging them."""
     generation_max_batch: int = 512
     """Most sequences decoded at once."""
+    num_train_epochs: Optional[float] = None
+    """Passes over the training prompts; when set, max_steps is derived from the dataset size (TRL's name)."""
+    disable_dropout: bool = False
+    """Set every dropout probability of the policy and reference to 0, so log-probs are deterministic."""
+    sync_ref_model: bool = False
+    """Every ref_model_sync_steps, move the reference toward the policy: ref = a*policy + (1-a)*ref (TR-DPO)."""
+    ref_model_sync_steps: int = 512
+    """Steps between reference syncs (with sync_ref_model)."""
+    ref_model_mixup_alpha: float = 0.6
+    """The a of the reference sync."""
+    top_entropy_quantile: float = 1.0
+    """Train the policy loss on the top share of tokens by entropy only (1.0: all tokens; 0.2 in the paper)."""
     reward_fail_steps: int = 3
     """Stop the run when one reward function has raised or timed out on this many consecutive steps (0: never)."""
     reward_timeout: float = 300.0
@@ -247,6 +259,10 @@ class GRPOConfig(TrainConfig):
             "num_completions_to_print": (non_negative, ">= 0"),
             "reward_timeout": (positive, "> 0 seconds"),
             "reward_fail_steps": (non_negative, ">= 0 (0: never stop)"),
+            "num_train_epochs": (lambda v: v is None or v > 0, "> 0 or null"),
+            "ref_model_sync_steps": (at_least_one, ">= 1"),
+            "ref_model_mixup_alpha": (lambda v: 0 <= v <= 1, "in [0, 1]"),
+            "top_entropy_quantile": (lambda v: 0 <= v <= 1, "in [0, 1]"),
         })
         G, micro, accum = self.num_generations, self.per_device_train_batch_size, self.gradient_accumulation_steps
         if self.generation_batch_size is None:
@@ -263,6 +279,8 @@ class GRPOConfig(TrainConfig):
                 len(self.reward_weights) != len(self.reward_funcs):
             raise ConfigError(f"{len(self.reward_weights)} reward_weights for "
                               f"{len(self.reward_funcs)} reward_funcs")
+        if self.sync_ref_model and self.beta == 0:
+            raise ConfigError("sync_ref_model needs a reference model: set beta > 0")
         from .. import algos  # unknown names fail here, before any model is loaded
         algos.get_advantage(self.advantage_estimator)
         algos.get_aggregation(self.loss_type)

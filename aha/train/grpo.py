@@ -39,6 +39,16 @@ TIME_FLOOR_S = 1e-9
 COMPLETIONS_LOG = "completions.jsonl"
 
 
+def disable_dropout(model) -> None:
+    """Every dropout probability to 0 (modules and attention), so a sequence's log-probs are the same on
+    every forward pass, as TRL's disable_dropout."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+        if isinstance(getattr(module, "attention_dropout", None), float):
+            module.attention_dropout = 0.0
+
+
 def import_reward(spec: str) -> Callable:
     """"module:function" -> the function; the module is looked up on sys.path and then in the current
     directory (so `reward_funcs=[myrew:exact]` finds ./myrew.py). Either missing is one clear error."""
@@ -149,12 +159,19 @@ class GRPOTrainer(Trainer):
             check_not_all_null(self.reward_funcs, self.rows)
 
         self.model, self.tokenizer = setup_model(args, model, processing_class, peft_config)
+        if args.disable_dropout:
+            disable_dropout(self.model)
         self.is_peft = hasattr(self.model, "peft_config")
+        if args.sync_ref_model and self.is_peft:
+            raise ValueError("sync_ref_model needs a separate reference model; with LoRA the reference is the "
+                             "base model with adapters disabled")
         self.ref_model = None  # with LoRA the reference is the base model with adapters disabled
         if args.beta > 0 and not self.is_peft:
             self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
         self.prompt_ids = {} if self.streaming else self._encode_all()
-        self.optimizer, self.scheduler = build_optimizer(args, self.model, args.optimizer_steps)
+        self._max_steps = self._steps_for_epochs() if args.num_train_epochs else args.max_steps
+        self.optimizer, self.scheduler = build_optimizer(
+            args, self.model, args.optimizer_steps // args.max_steps * self._max_steps)
         self.engine = HFEngine.for_model(self.model, self.tokenizer, args.generation_max_batch)
         self.sampling = SamplingParams(args.temperature, args.top_p, args.top_k, args.max_completion_length)
         self.sampler = (StreamSampler(train_dataset, args.seed, self._admit, shuffle=args.shuffle_dataset)
@@ -165,6 +182,16 @@ class GRPOTrainer(Trainer):
         """The latest step's rollouts, for logging completions."""
         self.fail_streak = {reward_name(f): 0 for f in self.reward_funcs}
         """Consecutive steps on which each reward function raised or timed out."""
+
+    @property
+    def max_steps(self) -> int:
+        return self._max_steps
+
+    def _steps_for_epochs(self) -> int:
+        """TRL's num_train_epochs: steps of B prompts that make that many passes over the prompts."""
+        if self.streaming:
+            raise ValueError("num_train_epochs needs a dataset of known length; with a streaming dataset set max_steps")
+        return max(1, math.ceil(self.args.num_train_epochs * len(self.rows) / self.args.prompts_per_step))
 
     def _encode_all(self) -> list[list[int]]:
         return [self._encode(i, r) for i, r in enumerate(self.rows)]
@@ -195,6 +222,7 @@ class GRPOTrainer(Trainer):
                 self.prompt_ids.clear()
             t1 = time.perf_counter()
             sums, update_metrics = self.update(batch)
+        self._sync_reference()
         self.engine.update_weights(self.model, self.step_count + 1)
         t2 = time.perf_counter()
 
@@ -212,6 +240,16 @@ class GRPOTrainer(Trainer):
         })
         self.last_batch = batch
         return metrics
+
+    @torch.no_grad()
+    def _sync_reference(self) -> None:
+        """TR-DPO's reference update, as TRL's sync_ref_model: every ref_model_sync_steps steps
+        ref <- alpha * policy + (1 - alpha) * ref."""
+        a = self.args
+        if not a.sync_ref_model or self.ref_model is None or (self.step_count + 1) % a.ref_model_sync_steps:
+            return
+        for ref, policy in zip(self.ref_model.parameters(), self.model.parameters()):
+            ref.mul_(1 - a.ref_model_mixup_alpha).add_(policy.detach(), alpha=a.ref_model_mixup_alpha)
 
     def rollout(self, idx: list[int]) -> tuple[GRPOBatch, dict[str, float]]:
         """Generate G completions for each of the B prompts `idx`, score them, group advantages."""
@@ -324,6 +362,8 @@ class GRPOTrainer(Trainer):
         mask = mask * keep[ids].to(mask.device).unsqueeze(-1)                        # [n,T]
         loss_tok, clip = algos.policy_loss(logp, old_lp, batch.advantages[ids].to(logp.device), mask,
                                            a.epsilon, a.epsilon_high, a.importance_sampling_level, a.delta)  # [n,T]
+        if a.top_entropy_quantile < 1.0:  # the policy term on high-entropy tokens only; KL still on all
+            loss_tok = loss_tok * algos.high_entropy_mask(ent, mask, a.top_entropy_quantile)  # [n,T]
         kl_sum = 0.0
         if ref is not None:
             kl = algos.kl_penalty(a.kl_estimator, logp, stack([ref[i] for i in ids]))  # [n,T]

@@ -123,6 +123,8 @@ class _Run:
         self.sel = selectors.DefaultSelector()
         for w in pool._workers:
             self.sel.register(w.fd, selectors.EVENT_READ, w)
+        for w in list(pool._workers):  # killed while idle since the last call: replaced before it gets a task
+            self.read(w)
         while len(pool._workers) < pool.size and self.spawn():
             pass
 

@@ -24,7 +24,9 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 120.0  # the zygote imports sympy; on a loaded 2-core machine that can take a while
-MAX_CRASHES = 2  # a task whose worker dies this often is reported as a crash
+CRASH_RETRIES = 1
+"""Tries a task gets beyond one per worker: killing every worker at once (from outside) must not fail a task
+that was handed to each dying one in turn, while a task that itself kills its worker is still reported."""
 
 
 def default_size() -> int:
@@ -158,7 +160,7 @@ class _Run:
             self.stillborn += not w.ready
             if w.task is not None:
                 self.crashes[w.task] += 1
-                if self.crashes[w.task] < MAX_CRASHES:  # perhaps killed from outside: try once more
+                if self.crashes[w.task] < self.pool.size + CRASH_RETRIES:  # perhaps killed from outside: try again
                     self.todo.append(w.task)
                 else:
                     self.results[w.task] = ("crash", None)

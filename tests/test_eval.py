@@ -91,3 +91,13 @@ def test_eval_reports_format_only_where_asked_and_records_the_prompt_as_sent(tin
     assert "format_frac" not in res and res["num_problems"] == 3
     rows = [json.loads(line) for line in (out / "per_problem.jsonl").read_text().splitlines()]
     assert rows[0]["prompt"].endswith("0+1\nAssistant:") and "User: 0+1" in rows[0]["prompt"]
+
+
+def test_eval_takes_threads_and_help_does_not_import_torch(tiny_dir, tmp_path):
+    import subprocess
+    import sys
+    assert main(["eval", tiny_dir, "--task", "arithmetic", "--num_problems", "2", "threads=1",
+                 "progress_bar=false"]) == 0
+    probe = "import sys; from aha.cli import main; main(['--help']); print('torch' in sys.modules, 'transformers' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip().splitlines()[-1] == "False False"  # `aha --help` loads no ML library: it is instant

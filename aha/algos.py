@@ -159,6 +159,27 @@ def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor
     return loss, stats
 
 
+def behaviour_weights(prox_logp: Tensor, behav_logp: Tensor, stale: Tensor, cap: float
+                      ) -> tuple[Tensor, Tensor]:
+    """Off-policy correction for tokens sampled by older weights, per token [N,T], and where the cap bit.
+
+    Decoupled PPO (Hilton et al. 2022, "Batch size-invariance for policy optimization"; used for
+    asynchronous RL by AReaL, Fu et al. 2025): the clipped ratio is taken against the proximal policy
+    (the weights at update time, `prox_logp`), and the surrogate is re-weighted by pi_prox / mu, where mu
+    is the behaviour policy that sampled the token (`behav_logp`, recorded by the rollout worker). The
+    weight is truncated at `cap` (truncated importance sampling, as in verl's TIS) so a token the old
+    policy sampled by luck cannot dominate. Tokens that are not `stale` (sampled by the current weights)
+    get weight exactly 1.
+    Example: prox log 0.5, behav log 0.25 -> 2.0, capped at 1.5 -> 1.5 (clipped); not stale -> 1.0.
+    """
+    N, T = prox_logp.shape
+    assert behav_logp.shape == (N, T) and stale.shape == (N, T), (prox_logp.shape, behav_logp.shape, stale.shape)
+    raw = torch.exp((prox_logp - behav_logp).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))  # [N,T]
+    stale = stale.bool()                                                               # [N,T]
+    weights = torch.where(stale, raw.clamp(max=cap), torch.ones_like(raw))              # [N,T]
+    return weights.detach(), stale & (raw > cap)
+
+
 # ---------------------------------------------------------------- KL to the reference
 @_register_kl("k1")
 def kl_k1(logp: Tensor, ref_logp: Tensor) -> Tensor:

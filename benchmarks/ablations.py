@@ -134,18 +134,19 @@ def main() -> None:
     state = {k: v.clone() for k, v in model.state_dict().items()}
 
     batch = GRPOBatch(rows=[{"prompt": ""}] * 8, prompt_ids=P, completion_ids=C, texts=[""] * 64,
-                      truncated=~keep, rewards_per_func=adv[:, None], rewards=adv, advantages=adv, version=0)
+                      truncated=~keep, rewards_per_func=adv[:, None], rewards=adv, advantages=adv,
+                      versions=torch.zeros(64, dtype=torch.long))
 
     def update(skip):
         def run():
             trainer.args.skip_zero_advantage = skip
-            trainer.update(batch)
+            trainer.learner.update(batch)
             model.load_state_dict(state)  # every timed update starts from the same weights
         return run
 
     compare("skip_zero_adv", update(False), update(True), a.repeats, rows)
     trainer.args.skip_zero_advantage = True
-    compare("no_old_logprobs", lambda: (trainer._frozen_logprobs(batch, reference=False), update(True)()),
+    compare("no_old_logprobs", lambda: (trainer.learner.frozen_logprobs(batch, reference=False), update(True)()),
             update(True), a.repeats, rows)
 
     print("\n| feature | off (s) | on (s) | speed-up |\n|---|---|---|---|")

@@ -168,14 +168,14 @@ def test_skipping_zero_advantage_sequences_changes_nothing(tiny_dir, tmp_path):
 
 def test_micro_batches_equal_one_big_batch(tiny_dir, tmp_path, monkeypatch):
     """Gradient accumulation over micro-batches gives the same gradient as one pass (loop vs vectorised)."""
-    import aha.train.grpo as grpo_mod
-    real, grads = grpo_mod.optimizer_step, []
+    import aha.train.learner as learner_mod
+    real, grads = learner_mod.optimizer_step, []
 
     def capture(cfg, model, opt, sched, *rest):
         grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
         return real(cfg, model, opt, sched, *rest)
 
-    monkeypatch.setattr(grpo_mod, "optimizer_step", capture)
+    monkeypatch.setattr(learner_mod, "optimizer_step", capture)
     for loss_type in ("grpo", "dapo", "dr_grpo"):
         grads.clear()
         _run(tiny_dir, tmp_path, f"big-{loss_type}", max_steps=1, loss_type=loss_type, per_device_train_batch_size=8)

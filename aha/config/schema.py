@@ -238,10 +238,42 @@ class GRPOConfig(TrainConfig):
     reward_timeout: float = 300.0
     """Wall-clock seconds each reward function call may take; past it, that call's rewards are excluded and
     counted in reward/call_timeouts (the run goes on)."""
+    dynamic_sampling: bool = False
+    """DAPO's dynamic sampling: drop groups whose rewards have no spread and sample more until the batch is full."""
+    dynamic_sampling_max_rounds: int = 4
+    """Extra sampling rounds per step at most (dynamic_sampling); after them the step trains on what it has."""
+    # The system at scale (aha.dist, on Ray). At these defaults everything runs in this one process, without Ray.
+    num_rollout_workers: int = 0
+    """Ray actors generating rollouts, each with a policy copy (0: generate in the training process)."""
+    num_reward_workers: int = 0
+    """Ray actors scoring completions while the next ones are generated (0: score in the training process)."""
+    num_learners: int = 1
+    """Data-parallel learners (torch.distributed: gloo on CPU, NCCL on GPU); more than 1 run as Ray actors."""
+    max_staleness: int = 0
+    """Weight versions a trained batch may lag behind (0: on-policy); k > 0 generates the next k steps while
+    this one trains (needs num_rollout_workers >= 1), and stale tokens get a behaviour importance weight."""
+    off_policy_is_cap: float = 2.0
+    """Truncation of the behaviour importance weight pi_prox/mu of stale tokens (decoupled PPO, truncated IS)."""
+    ray_address: Optional[str] = None
+    """Ray cluster to join ("auto", or host:port); None starts a local Ray instance bound to 127.0.0.1."""
+    placement_strategy: Literal["PACK", "SPREAD", "STRICT_SPREAD"] = "PACK"
+    """How the workers' placement group spreads them over nodes."""
+    dist_timeout: float = 600.0
+    """Seconds any remote call or collective may take before the run fails naming the component."""
+    max_worker_restarts: int = 3
+    """Times Ray restarts a dead rollout or reward worker (its in-flight prompts are re-issued)."""
 
     def __post_init__(self):
         super().__post_init__()
         require_all(self, {
+            "dynamic_sampling_max_rounds": (non_negative, ">= 0"),
+            "num_rollout_workers": (non_negative, ">= 0"),
+            "num_reward_workers": (non_negative, ">= 0"),
+            "num_learners": (at_least_one, ">= 1"),
+            "max_staleness": (non_negative, ">= 0"),
+            "off_policy_is_cap": (lambda v: v >= 1, ">= 1"),
+            "dist_timeout": (positive, "> 0 seconds"),
+            "max_worker_restarts": (non_negative, ">= 0"),
             "max_steps": (at_least_one, ">= 1"),
             "num_generations": (lambda v: v >= 2, ">= 2 for group-relative advantages"),
             "max_completion_length": (at_least_one, ">= 1"),
@@ -281,11 +313,19 @@ class GRPOConfig(TrainConfig):
                               f"{len(self.reward_funcs)} reward_funcs")
         if self.sync_ref_model and self.beta == 0:
             raise ConfigError("sync_ref_model needs a reference model: set beta > 0")
+        if self.max_staleness and not self.num_rollout_workers:
+            raise ConfigError(f"max_staleness={self.max_staleness} overlaps generation with training, which needs "
+                              "rollout workers: set num_rollout_workers >= 1 (or max_staleness=0)")
         from .. import algos  # unknown names fail here, before any model is loaded
         algos.get_advantage(self.advantage_estimator)
         algos.get_aggregation(self.loss_type)
         algos.get_kl(self.kl_estimator)
         algos.get_ratio(self.importance_sampling_level)
+
+    @property
+    def distributed(self) -> bool:
+        """Whether any component runs as a Ray actor."""
+        return self.num_rollout_workers > 0 or self.num_reward_workers > 0 or self.num_learners > 1
 
     @property
     def prompts_per_step(self) -> int:

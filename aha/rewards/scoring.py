@@ -245,7 +245,7 @@ def score_completions(reward_funcs: list[Callable], prompts: list, completions: 
             if bad and _first_time(name + "/nan"):
                 logger.error("reward function %s returned %d non-finite or non-numeric value(s) (first: %r); "
                              "they are excluded like None", name, len(bad), bad[0])
-        metrics[f"reward/{name}/none_frac"] = rewards[:, j].isnan().float().mean().item() if n else 0.0
+        metrics[f"reward/{name}/none_frac"] = _none_frac(rewards[:, j])
         pop = getattr(fn, "pop_metrics", None)
         if callable(pop):
             for key, value in pop().items():
@@ -267,9 +267,36 @@ def score_groups(reward_funcs: list[Callable], rows: list[dict], texts: list[str
     columns = {k: [r.get(k) for r in rows for _ in range(n)] for k in rows[0] if k != "prompt"}
     rewards, metrics = score_completions(reward_funcs, prompts, completions, columns, completion_ids=completion_ids,
                                          trainer_state=trainer_state, timeout_s=timeout_s)  # [N, F]
+    return rewards, {**metrics, **column_metrics(reward_funcs, rewards)}
+
+
+def column_metrics(reward_funcs: list[Callable], rewards: Any) -> dict[str, float]:
+    """`reward/<name>/mean` and `/std` over the values given, from rewards [N, F]."""
+    metrics = {}
     for j, fn in enumerate(reward_funcs):
-        col = rewards[:, j]
+        col, name = rewards[:, j], reward_name(fn)
         ok = col[col.isfinite()]
-        metrics[f"reward/{reward_name(fn)}/mean"] = ok.mean().item() if len(ok) else math.nan
-        metrics[f"reward/{reward_name(fn)}/std"] = ok.std().item() if len(ok) > 1 else math.nan
-    return rewards, metrics
+        metrics[f"reward/{name}/mean"] = ok.mean().item() if len(ok) else math.nan
+        metrics[f"reward/{name}/std"] = ok.std().item() if len(ok) > 1 else math.nan
+    return metrics
+
+
+def _none_frac(col: Any) -> float:
+    """Share of one function's values that are NaN (None, failed, non-finite)."""
+    return col.isnan().float().mean().item() if len(col) else 0.0
+
+
+def merge_reward_metrics(reward_funcs: list[Callable], parts: list[dict[str, float]], rewards: Any) -> dict[str, float]:
+    """The metrics of several `score_groups` calls as if they were one call over `rewards` (all their rows):
+    counts add up, `/failed` is 1 if any call failed, per-column statistics are recomputed."""
+    merged: dict[str, float] = {}
+    for part in parts:
+        for key, value in part.items():
+            merged[key] = max(merged.get(key, 0.0), value) if key.endswith("/failed") else merged.get(key, 0.0) + value
+    merged.update({f"reward/{reward_name(fn)}/none_frac": _none_frac(rewards[:, j]) for j, fn in enumerate(reward_funcs)})
+    return {**merged, **column_metrics(reward_funcs, rewards)}
+
+
+def record_failure(name: str, error: BaseException) -> None:
+    """Note a reward function's failure seen elsewhere (a reward actor), for `last_failure`."""
+    _LAST_FAILURE[name] = error

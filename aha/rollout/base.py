@@ -16,6 +16,8 @@ class SamplingParams:
     top_k: int = 0
     """0 disables top-k."""
     max_new_tokens: int = 256
+    logprobs: bool = False
+    """Also return each sampled token's log-probability under the tempered policy (the behaviour policy)."""
 
 
 @dataclass
@@ -28,6 +30,8 @@ class Rollout:
     """True when the completion hit max_new_tokens without an EOS."""
     version: int = 0
     """Weight version the engine sampled with (see Engine.update_weights)."""
+    logprobs: list[list[float]] | None = None
+    """With SamplingParams.logprobs: log pi(token | prefix) of each generated token, logits / temperature."""
 
 
 @runtime_checkable

@@ -191,7 +191,8 @@ class HFEngine:
         finally:
             self.model.train(was_training)
         return Rollout(completion_ids=[c for p in parts for c in p.completion_ids],
-                       truncated=[t for p in parts for t in p.truncated], version=self.version)
+                       truncated=[t for p in parts for t in p.truncated], version=self.version,
+                       logprobs=[x for p in parts for x in p.logprobs] if params.logprobs else None)
 
     def _chunk(self, prompts: list[list[int]], n: int, params: SamplingParams,
                generator: torch.Generator | None) -> Rollout:
@@ -216,10 +217,14 @@ class HFEngine:
         length = torch.zeros(M, dtype=torch.long, device=device)                # [M]
         done = torch.zeros(M, dtype=torch.bool, device=device)                  # [M]
         rows = torch.arange(M, device=device)    # output row of each batch row   [m]
+        logp = torch.zeros((M, T), device=device) if params.logprobs else None  # [M,T]
         for t in range(T):
             tok = sample_tokens(logits, params, generator)                      # [m]
             live = ~done[rows]                                                   # [m]
             out[rows[live], t] = tok[live]
+            if logp is not None:  # as the trainer computes it: log_softmax(logits / temperature)
+                scaled = logits / params.temperature if params.temperature > 0 else logits
+                logp[rows[live], t] = scaled.log_softmax(-1).gather(-1, tok[:, None]).squeeze(-1)[live]
             length[rows[live]] = t + 1
             done[rows[live & torch.isin(tok, eos)]] = True
             if t == T - 1 or bool(done.all()):
@@ -232,5 +237,5 @@ class HFEngine:
             logits = cache.forward(tok[:, None], next_pos[:, None])
             next_pos = next_pos + 1
         out, length, done = out.cpu(), length.cpu(), done.cpu()
-        return Rollout(completion_ids=[out[i, :length[i]].tolist() for i in range(M)],
-                       truncated=(~done).tolist())
+        return Rollout(completion_ids=[out[i, :length[i]].tolist() for i in range(M)], truncated=(~done).tolist(),
+                       logprobs=None if logp is None else [logp[i, :length[i]].tolist() for i in range(M)])

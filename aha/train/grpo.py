@@ -12,12 +12,8 @@ Where this departs from the DeepSeekMath paper, by default (each a config switch
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 import math
 import time
-from contextlib import nullcontext
-from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Callable
 
@@ -29,10 +25,13 @@ from ..config import GRPOConfig
 from ..data import check_row, encode_prompt, is_stream, load_rows
 from ..metrics import append_jsonl
 from ..models import context_length, setup_model
-from ..rewards import check_columns, check_not_all_null, get_reward, last_failure, reward_name, score_groups
+from ..rewards import (check_columns, check_not_all_null, get_reward, last_failure, merge_reward_metrics, reward_name,
+                       score_groups)
 from ..rollout import HFEngine, SamplingParams
-from .logprobs import completion_logprobs
-from .loop import PromptSampler, StreamSampler, Trainer, build_optimizer, optimizer_step, seed_everything
+from .learner import GRPOBatch, Learner, LossSums
+from .loop import PromptSampler, StreamSampler, Trainer, seed_everything
+
+__all__ = ["GRPOTrainer", "GRPOBatch", "LossSums", "Learner"]
 
 TIME_FLOOR_S = 1e-9
 """Lower bound on a measured duration before dividing by it (a phase that did no work)."""
@@ -90,43 +89,6 @@ def resolve_reward_funcs(specs: list, kwargs: dict | None = None) -> list[Callab
     return out
 
 
-@dataclass
-class GRPOBatch:
-    """One step's rollouts, prompt-major: sequences i*G .. i*G+G-1 answer prompt i. N = B*G."""
-
-    rows: list[dict]                   # B dataset rows
-    prompt_ids: list[list[int]]        # N prompt token ids (row i's repeated G times)
-    completion_ids: list[list[int]]    # N generated token ids
-    texts: list[str]                   # N decoded completions
-    truncated: Tensor                  # [N] bool: hit max_completion_length without EOS
-    rewards_per_func: Tensor           # [N,F] NaN = excluded
-    rewards: Tensor                    # [N] weighted sum; NaN when no function gave a value
-    advantages: Tensor                 # [N]
-    version: int                       # weight version that sampled it
-
-    @property
-    def prompts(self) -> list:
-        """N prompts as the dataset gave them (text or chat messages)."""
-        G = len(self.completion_ids) // len(self.rows)
-        return [r["prompt"] for r in self.rows for _ in range(G)]
-
-
-@dataclass
-class LossSums:
-    """What the micro-steps of one update add up; token sums are over completion tokens in the loss."""
-
-    loss: float = 0.0          # sum of the aggregated micro-batch losses
-    tokens: float = 0.0        # completion tokens in the loss
-    kl: float = 0.0            # token sum of the KL estimate
-    entropy: float = 0.0       # token sum of the policy entropy
-    clip_low: float = 0.0      # tokens clipped at 1 - epsilon (A < 0)
-    clip_high: float = 0.0     # tokens clipped at 1 + epsilon_high (A > 0)
-    processed: int = 0         # prompt + completion tokens through forward and backward
-
-    def __add__(self, other: "LossSums") -> "LossSums":
-        return LossSums(*(getattr(self, f.name) + getattr(other, f.name) for f in dataclasses.fields(self)))
-
-
 class GRPOTrainer(Trainer):
     """TRL-style entry point: `GRPOTrainer(model, reward_funcs, args, train_dataset).train()`."""
 
@@ -136,7 +98,7 @@ class GRPOTrainer(Trainer):
 
     def __init__(self, model, reward_funcs, args: GRPOConfig | None = None, train_dataset=None,
                  eval_dataset=None, processing_class=None, callbacks=None, peft_config=None,
-                 eval_fn: Callable[[object, object], dict] | None = None):
+                 eval_fn: Callable[[object, object], dict] | None = None, engine_factory: Callable | None = None):
         args = args or GRPOConfig()
         super().__init__(args, eval_fn, callbacks)
         seed_everything(args.seed)
@@ -161,19 +123,20 @@ class GRPOTrainer(Trainer):
         self.model, self.tokenizer = setup_model(args, model, processing_class, peft_config)
         if args.disable_dropout:
             disable_dropout(self.model)
-        self.is_peft = hasattr(self.model, "peft_config")
-        if args.sync_ref_model and self.is_peft:
+        if args.sync_ref_model and hasattr(self.model, "peft_config"):
             raise ValueError("sync_ref_model needs a separate reference model; with LoRA the reference is the "
                              "base model with adapters disabled")
-        self.ref_model = None  # with LoRA the reference is the base model with adapters disabled
-        if args.beta > 0 and not self.is_peft:
-            self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
         self.prompt_ids = {} if self.streaming else self._encode_all()
         self._max_steps = self._steps_for_epochs() if args.num_train_epochs else args.max_steps
-        self.optimizer, self.scheduler = build_optimizer(
-            args, self.model, args.optimizer_steps // args.max_steps * self._max_steps)
-        self.engine = HFEngine.for_model(self.model, self.tokenizer, args.generation_max_batch)
-        self.sampling = SamplingParams(args.temperature, args.top_p, args.top_k, args.max_completion_length)
+        self.learner = Learner(args, self.model, self.tokenizer.pad_token_id, self.generator,
+                               args.optimizer_steps // args.max_steps * self._max_steps)
+        self.ref_model, self.optimizer, self.scheduler = (self.learner.ref_model, self.learner.optimizer,
+                                                          self.learner.scheduler)
+        self.engine_factory = engine_factory or HFEngine.for_model
+        """(model, tokenizer, max_batch) -> an Engine; rollout workers build theirs with it too."""
+        self.engine = self.engine_factory(self.model, self.tokenizer, args.generation_max_batch)
+        self.sampling = SamplingParams(args.temperature, args.top_p, args.top_k, args.max_completion_length,
+                                       logprobs=args.max_staleness > 0)
         self.sampler = (StreamSampler(train_dataset, args.seed, self._admit, shuffle=args.shuffle_dataset)
                         if self.streaming else PromptSampler(len(self.rows), args.seed, shuffle=args.shuffle_dataset))
         if eval_dataset is not None:
@@ -182,6 +145,11 @@ class GRPOTrainer(Trainer):
         """The latest step's rollouts, for logging completions."""
         self.fail_streak = {reward_name(f): 0 for f in self.reward_funcs}
         """Consecutive steps on which each reward function raised or timed out."""
+        self.pipeline = None
+        """With args.distributed: the Ray layer (rollout workers, reward workers, learners, scheduler)."""
+        if args.distributed:
+            from ..dist import Pipeline
+            self.pipeline = Pipeline(self)
 
     @property
     def max_steps(self) -> int:
@@ -216,14 +184,13 @@ class GRPOTrainer(Trainer):
         """One GRPO step: B prompts -> B*G completions -> rewards -> advantages -> update -> new weights."""
         t0 = time.perf_counter()
         with self.autocast():
-            batch, metrics = self.rollout(self.sampler.take(self.args.prompts_per_step))
-            if self.streaming:  # the batch holds what it needs: a stream's rows are not kept
-                self.rows.clear()
-                self.prompt_ids.clear()
+            batch, metrics = self.pipeline.next_batch() if self.pipeline else self.next_batch()
             t1 = time.perf_counter()
-            sums, update_metrics = self.update(batch)
-        self._sync_reference()
-        self.engine.update_weights(self.model, self.step_count + 1)
+            sums, update_metrics = (self.pipeline or self.learner).update(batch)
+        if self.pipeline:
+            metrics.update(self.pipeline.publish())
+        else:
+            self.engine.update_weights(self.model, self.learner.version)
         t2 = time.perf_counter()
 
         lengths = torch.tensor([len(c) for c in batch.completion_ids], dtype=torch.float32)  # [N]
@@ -233,7 +200,7 @@ class GRPOTrainer(Trainer):
             "completion/len_mean": lengths.mean().item(), "completion/len_min": lengths.min().item(),
             "completion/len_max": lengths.max().item(),
             "completion/truncated_frac": batch.truncated.float().mean().item(),
-            "lr": self.scheduler.get_last_lr()[0],
+            "lr": self.scheduler.get_last_lr()[0] if not self.pipeline else metrics.pop("lr"),
             "perf/step_s": t2 - t0, "perf/generate_s": t_gen, "perf/train_s": t2 - t1,
             "perf/gen_tokens_per_s": lengths.sum().item() / max(t_gen, TIME_FLOOR_S),
             "perf/train_tokens_per_s": sums.processed / max(t2 - t1, TIME_FLOOR_S) if sums.processed else math.nan,
@@ -241,39 +208,82 @@ class GRPOTrainer(Trainer):
         self.last_batch = batch
         return metrics
 
-    @torch.no_grad()
-    def _sync_reference(self) -> None:
-        """TR-DPO's reference update, as TRL's sync_ref_model: every ref_model_sync_steps steps
-        ref <- alpha * policy + (1 - alpha) * ref."""
-        a = self.args
-        if not a.sync_ref_model or self.ref_model is None or (self.step_count + 1) % a.ref_model_sync_steps:
-            return
-        for ref, policy in zip(self.ref_model.parameters(), self.model.parameters()):
-            ref.mul_(1 - a.ref_model_mixup_alpha).add_(policy.detach(), alpha=a.ref_model_mixup_alpha)
+    def next_batch(self) -> tuple[GRPOBatch, dict[str, float]]:
+        """This process's rollouts for one step (the Ray layer has its own, with the same `assemble`)."""
+        def sample(k: int) -> list[tuple[GRPOBatch, dict[str, float]]]:
+            return [self.rollout(self.sampler.take(k))]
+        t0 = time.perf_counter()
+        batch, metrics = self.assemble(sample(self.args.prompts_per_step), sample)
+        if self.streaming:  # the batch holds what it needs: a stream's rows are not kept
+            self.rows.clear()
+            self.prompt_ids.clear()
+        metrics["perf/generate_s"] = time.perf_counter() - t0 - metrics.pop("perf/score_s")
+        return batch, metrics
+
+    def assemble(self, parts: list[tuple[GRPOBatch, dict[str, float]]],
+                 more: Callable[[int], list[tuple[GRPOBatch, dict[str, float]]]]) -> tuple[GRPOBatch, dict[str, float]]:
+        """Scored groups -> the step's training batch with its advantages. With dynamic_sampling (DAPO), groups
+        whose rewards have no spread (they give no gradient) are dropped and `more(k)` samples k more prompts,
+        at most dynamic_sampling_max_rounds times; surplus groups are left out. Reward metrics describe every
+        group sampled this step; `sampling/*` counts what was dropped."""
+        a, B = self.args, self.args.prompts_per_step
+        batch, rounds = GRPOBatch.cat([b for b, _ in parts]), 0
+        keep = list(range(len(batch.rows)))
+        while a.dynamic_sampling:
+            keep = self._spread_groups(batch)
+            if len(keep) >= B or rounds == a.dynamic_sampling_max_rounds:
+                break
+            rounds += 1
+            new = more(B - len(keep))
+            parts, batch = parts + new, GRPOBatch.cat([batch] + [b for b, _ in new])
+        metrics = merge_reward_metrics(self.reward_funcs, [m for _, m in parts], batch.rewards_per_func)
+        self._check_failures(metrics)
+        ok = batch.rewards[torch.isfinite(batch.rewards)]
+        metrics.update({"reward/mean": ok.mean().item() if len(ok) else float("nan"),
+                        "reward/std": ok.std().item() if len(ok) > 1 else float("nan"),
+                        "reward/excluded_frac": 1 - len(ok) / len(batch.rewards)})
+        if a.dynamic_sampling:
+            metrics.update({"sampling/dropped_groups": float(len(batch.rows) - len(keep)),
+                            "sampling/rounds": float(rounds), "sampling/groups": float(min(len(keep), B))})
+            batch = batch.groups(keep[:B])
+        batch.advantages, adv_metrics = algos.compute_advantages(a.advantage_estimator, batch.rewards,
+                                                                 a.num_generations)  # [N]
+        return batch, {**metrics, **adv_metrics}
+
+    def _spread_groups(self, batch: GRPOBatch) -> list[int]:
+        """Groups with at least two rewards that differ: the ones that carry a learning signal."""
+        g = algos.group_stats(batch.rewards, batch.group_size)
+        return ((g.count.squeeze(-1) >= 2) & (g.std.squeeze(-1) > 0)).nonzero().squeeze(-1).tolist()
 
     def rollout(self, idx: list[int]) -> tuple[GRPOBatch, dict[str, float]]:
-        """Generate G completions for each of the B prompts `idx`, score them, group advantages."""
-        a, G = self.args, self.args.num_generations
-        rows = [self.rows[i] for i in idx]                                           # B
-        t0 = time.perf_counter()
+        """Generate G completions for each of the B prompts `idx` and score them (advantages: `assemble`)."""
+        G = self.args.num_generations
         out = self.engine.generate([self.prompt_ids[i] for i in idx], G, self.sampling, self.generator)
-        t_gen = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        batch, metrics = self.score([self.rows[i] for i in idx], [self.prompt_ids[i] for i in idx], out)
+        return batch, {**metrics, "perf/score_s": time.perf_counter() - t0}
+
+    def score(self, rows: list[dict], prompt_ids: list[list[int]], out) -> tuple[GRPOBatch, dict[str, float]]:
+        """A Rollout of G completions per row -> the scored GRPOBatch (advantages 0 until `assemble`)."""
+        G = self.args.num_generations
         texts = self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)  # N
         state = SimpleNamespace(global_step=self.step_count, max_steps=self.max_steps)  # TRL's TrainerState fields
         rpf, metrics = score_groups(self.reward_funcs, rows, texts, G, out.completion_ids, state,
-                                    a.reward_timeout)                                # [N,F]
-        self._check_failures(metrics)
-        rewards = self._combine(rpf)                                                 # [N]
-        ok = rewards[torch.isfinite(rewards)]
-        advantages, adv_metrics = algos.compute_advantages(a.advantage_estimator, rewards, G)  # [N]
-        metrics.update(adv_metrics)
-        metrics.update({"reward/mean": ok.mean().item() if len(ok) else float("nan"),
-                        "reward/std": ok.std().item() if len(ok) > 1 else float("nan"),
-                        "reward/excluded_frac": 1 - len(ok) / len(rewards), "perf/generate_s": t_gen})
-        batch = GRPOBatch(rows=rows, prompt_ids=[self.prompt_ids[i] for i in idx for _ in range(G)],
-                          completion_ids=out.completion_ids, texts=texts, truncated=torch.tensor(out.truncated),
-                          rewards_per_func=rpf, rewards=rewards, advantages=advantages, version=out.version)
-        return batch, metrics
+                                    self.args.reward_timeout)                        # [N,F]
+        N = len(texts)
+        behaviour = None if out.logprobs is None else [torch.tensor(x, dtype=torch.float32) for x in out.logprobs]
+        return GRPOBatch(rows=rows, prompt_ids=[p for p in prompt_ids for _ in range(G)],
+                         completion_ids=out.completion_ids, texts=texts, truncated=torch.tensor(out.truncated),
+                         rewards_per_func=rpf, rewards=self._combine(rpf), advantages=torch.zeros(N),
+                         versions=torch.full((N,), out.version, dtype=torch.long),
+                         behaviour_logprobs=behaviour), metrics
+
+    def _restore(self, path) -> None:
+        super()._restore(path)
+        self.learner.version = self.step_count
+        self.engine.update_weights(self.model, self.step_count)
+        if self.pipeline:
+            self.pipeline.restored()
 
     def _reward_eval(self, rows: list[dict], eval_fn: Callable | None) -> Callable:
         """An eval hook for `eval_dataset`: greedy completions scored with the reward functions
@@ -307,93 +317,6 @@ class GRPOTrainer(Trainer):
         finite = torch.isfinite(rpf)                                                 # [N,F]
         total = (torch.where(finite, rpf, torch.zeros_like(rpf)) * self.reward_weights).sum(-1)  # [N]
         return torch.where(finite.any(-1), total, torch.full_like(total, float("nan")))  # [N]
-
-    # ------------------------------------------------------------------ the update
-    def update(self, batch: GRPOBatch) -> tuple[LossSums, dict[str, float]]:
-        """num_iterations passes of minibatch updates over the batch; token sums and loss-side metrics."""
-        a, N = self.args, len(batch.completion_ids)
-        micro, mb = a.per_device_train_batch_size, a.per_device_train_batch_size * a.gradient_accumulation_steps
-        keep = ~batch.truncated if a.mask_truncated_completions else torch.ones(N, dtype=torch.bool)  # [N]
-        n_tok = torch.tensor([len(c) for c in batch.completion_ids]) * keep          # [N]
-        old = self._frozen_logprobs(batch, reference=False) if a.num_iterations > 1 else None
-        ref = self._frozen_logprobs(batch, reference=True) if a.beta > 0 else None
-        trainable = keep & (n_tok > 0)                                               # [N]
-        if a.skip_zero_advantage and a.beta == 0:
-            trainable &= batch.advantages != 0   # such sequences add exactly 0 to loss and gradient
-        seq_len = [len(p) + len(c) for p, c in zip(batch.prompt_ids, batch.completion_ids)]
-        sums, grad_norms, skipped = LossSums(), [], 0
-        self.model.train()
-        for _ in range(a.num_iterations):
-            order = torch.randperm(N, generator=self.generator)
-            for s in range(0, N, mb):
-                part = order[s:s + mb]
-                denom = dict(num_sequences=int(keep[part].sum()), num_tokens=int(n_tok[part].sum()),
-                             max_len=a.max_completion_length)
-                live = sorted(part[trainable[part]].tolist(), key=seq_len.__getitem__)
-                minibatch = LossSums()
-                for m in range(0, len(live), micro):  # length-sorted micro-batches: little padding
-                    minibatch = minibatch + self._micro_step(batch, live[m:m + micro], keep, old, ref, denom)
-                norm = optimizer_step(a, self.model, self.optimizer, self.scheduler, minibatch.loss)
-                if math.isnan(norm):  # skipped (on_nonfinite=skip): its statistics describe no update
-                    skipped += 1
-                else:
-                    sums, grad_norms = sums + minibatch, grad_norms + [norm]
-        steps, per_token = len(grad_norms), sums.tokens or math.nan  # nothing trained: NaN, not 0
-        metrics = {"loss": sums.loss / steps if steps else math.nan, "entropy": sums.entropy / per_token,
-                   "clip/low": sums.clip_low / per_token, "clip/high": sums.clip_high / per_token,
-                   "grad_norm": sum(grad_norms) / steps if steps else math.nan,
-                   "train/nonfinite_skipped": float(skipped), "train/trained_frac": trainable.float().mean().item()}
-        if ref is not None:
-            metrics["kl"] = sums.kl / per_token
-        return sums, metrics
-
-    def _micro_step(self, batch: GRPOBatch, ids: list[int], keep: Tensor, old: list[Tensor] | None,
-                    ref: list[Tensor] | None, denom: dict) -> LossSums:
-        """Forward, loss and backward for the sequences `ids`; returns their token sums."""
-        a = self.args
-        p, c = [batch.prompt_ids[i] for i in ids], [batch.completion_ids[i] for i in ids]
-        logp, mask, ent = self._logprobs(self.model, p, c, with_entropy=True)        # [n,T]
-        T = logp.shape[1]
-
-        def stack(seqs):  # per-sequence 1-D log-probs -> [n,T]
-            return torch.stack([torch.nn.functional.pad(x, (0, T - len(x))) for x in seqs]).to(logp.device)
-
-        old_lp = stack([old[i] for i in ids]) if old is not None else logp.detach()  # [n,T]
-        mask = mask * keep[ids].to(mask.device).unsqueeze(-1)                        # [n,T]
-        loss_tok, clip = algos.policy_loss(logp, old_lp, batch.advantages[ids].to(logp.device), mask,
-                                           a.epsilon, a.epsilon_high, a.importance_sampling_level, a.delta)  # [n,T]
-        if a.top_entropy_quantile < 1.0:  # the policy term on high-entropy tokens only; KL still on all
-            loss_tok = loss_tok * algos.high_entropy_mask(ent, mask, a.top_entropy_quantile)  # [n,T]
-        kl_sum = 0.0
-        if ref is not None:
-            kl = algos.kl_penalty(a.kl_estimator, logp, stack([ref[i] for i in ids]))  # [n,T]
-            loss_tok = loss_tok + a.beta * kl                                         # [n,T]
-            kl_sum = float((kl.detach() * mask).sum())
-        loss = algos.aggregate(a.loss_type, loss_tok, mask, **denom)
-        loss.backward()
-        return LossSums(loss=float(loss.detach()), tokens=float(mask.sum()), kl=kl_sum,
-                        entropy=float((ent * mask).sum()), clip_low=float((clip["clip/low"] * mask).sum()),
-                        clip_high=float((clip["clip/high"] * mask).sum()),
-                        processed=sum(map(len, p)) + sum(map(len, c)))
-
-    def _logprobs(self, model, prompts, comps, with_entropy=False):
-        return completion_logprobs(model, prompts, comps, self.tokenizer.pad_token_id,
-                                   self.args.temperature, with_entropy)
-
-    @torch.no_grad()
-    def _frozen_logprobs(self, batch: GRPOBatch, reference: bool) -> list[Tensor]:
-        """Per-sequence log-probs under the current weights (old policy) or the reference."""
-        micro = self.args.per_device_train_batch_size
-        model, ctx = self.model, nullcontext()
-        if reference:
-            model = self.ref_model if self.ref_model is not None else self.model
-            ctx = self.model.disable_adapter() if self.is_peft else nullcontext()
-        out = []
-        with ctx:
-            for s in range(0, len(batch.completion_ids), micro):
-                lp, mask, _ = self._logprobs(model, batch.prompt_ids[s:s + micro], batch.completion_ids[s:s + micro])
-                out += [lp[i, :int(mask[i].sum())].cpu() for i in range(len(lp))]
-        return out
 
     # ------------------------------------------------------------------ logging
     def after_step(self, metrics, bar) -> None:

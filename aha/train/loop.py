@@ -110,7 +110,8 @@ class NonFiniteError(FloatingPointError):
     """A loss or gradient norm was NaN or infinite; the weights were left as they were."""
 
 
-def optimizer_step(cfg: TrainConfig, model, opt, sched, loss: float = 0.0) -> float:
+def optimizer_step(cfg: TrainConfig, model, opt, sched, loss: float = 0.0,
+                   reduce: Callable[[list, float], float] | None = None) -> float:
     """Clip, step, schedule, zero; returns the pre-clip gradient norm, or NaN for a skipped update.
 
     Gradients are zeroed to tensors, not None, so AdamW moves every parameter on every step even
@@ -118,12 +119,15 @@ def optimizer_step(cfg: TrainConfig, model, opt, sched, loss: float = 0.0) -> fl
     A non-finite `loss` (the summed micro-batch losses of this update) or gradient norm never
     reaches the weights: with on_nonfinite="stop" it raises NonFiniteError; with "skip" the
     gradients are zeroed, neither the optimizer (no moment update either) nor the schedule is
-    stepped, and NaN is returned so the caller can count it.
+    stepped, and NaN is returned so the caller can count it. `reduce(params, loss)`, when given, sums
+    the gradients and the loss over data-parallel ranks (and returns the summed loss) before all that.
     """
     params = [p for p in model.parameters() if p.requires_grad]
     for p in params:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
+    if reduce is not None:
+        loss = reduce(params, loss)
     norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf")))
     bad = [f"{name} ({value})" for name, value in (("loss", loss), ("grad norm", norm)) if not math.isfinite(value)]
     if bad:

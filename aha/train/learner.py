@@ -1,0 +1,280 @@
+"""The update box: what flows into a GRPO update (`GRPOBatch`), what it adds up (`LossSums`), and the
+`Learner` that holds the policy, its reference and optimizer and applies num_iterations passes of clipped
+minibatch steps. The single-process trainer owns one Learner; the Ray layer runs one per rank.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .. import algos
+from ..config import GRPOConfig
+from .logprobs import completion_logprobs
+from .loop import build_optimizer, optimizer_step
+
+
+@dataclass
+class GRPOBatch:
+    """One step's rollouts, prompt-major: sequences i*G .. i*G+G-1 answer prompt i. N = B*G."""
+
+    rows: list[dict]                   # B dataset rows
+    prompt_ids: list[list[int]]        # N prompt token ids (row i's repeated G times)
+    completion_ids: list[list[int]]    # N generated token ids
+    texts: list[str]                   # N decoded completions
+    truncated: Tensor                  # [N] bool: hit max_completion_length without EOS
+    rewards_per_func: Tensor           # [N,F] NaN = excluded
+    rewards: Tensor                    # [N] weighted sum; NaN when no function gave a value
+    advantages: Tensor                 # [N]
+    versions: Tensor                   # [N] long: weight version that sampled each sequence
+    behaviour_logprobs: list[Tensor] | None = None  # N x [len(completion)]: log mu(token) at sampling time
+
+    @property
+    def prompts(self) -> list:
+        """N prompts as the dataset gave them (text or chat messages)."""
+        G = len(self.completion_ids) // len(self.rows)
+        return [r["prompt"] for r in self.rows for _ in range(G)]
+
+    @property
+    def version(self) -> int:
+        """The oldest weight version in the batch."""
+        return int(self.versions.min())
+
+    @property
+    def group_size(self) -> int:
+        return len(self.completion_ids) // len(self.rows)
+
+    def groups(self, keep: list[int]) -> "GRPOBatch":
+        """The batch of groups `keep` (indices into rows), in that order."""
+        G = self.group_size
+        seqs = [g * G + j for g in keep for j in range(G)]
+        pick = {"rows": lambda v: [v[g] for g in keep], "behaviour_logprobs": lambda v: v and [v[i] for i in seqs]}
+        return GRPOBatch(**{f.name: pick.get(f.name, lambda v: v[seqs] if isinstance(v, Tensor) else [v[i] for i in seqs])(
+            getattr(self, f.name)) for f in dataclasses.fields(self)})
+
+    @staticmethod
+    def cat(parts: list["GRPOBatch"]) -> "GRPOBatch":
+        """Batches of the same group size, one after another."""
+        def join(name: str):
+            values = [getattr(p, name) for p in parts]
+            if name == "behaviour_logprobs":
+                return None if any(v is None for v in values) else [x for v in values for x in v]
+            return torch.cat(values) if isinstance(values[0], Tensor) else [x for v in values for x in v]
+        return GRPOBatch(**{f.name: join(f.name) for f in dataclasses.fields(GRPOBatch)})
+
+
+@dataclass
+class LossSums:
+    """What the micro-steps of one update add up; token sums are over completion tokens in the loss."""
+
+    loss: float = 0.0          # sum of the aggregated micro-batch losses
+    tokens: float = 0.0        # completion tokens in the loss
+    kl: float = 0.0            # token sum of the KL estimate
+    entropy: float = 0.0       # token sum of the policy entropy
+    clip_low: float = 0.0      # tokens clipped at 1 - epsilon (A < 0)
+    clip_high: float = 0.0     # tokens clipped at 1 + epsilon_high (A > 0)
+    processed: int = 0         # prompt + completion tokens through forward and backward
+    stale_tokens: float = 0.0  # tokens sampled by older weights (off-policy)
+    is_weight: float = 0.0     # token sum of their behaviour weights
+    is_clipped: float = 0.0    # stale tokens whose weight hit off_policy_is_cap
+    is_max: float = 0.0        # largest behaviour weight (a max, not a sum)
+
+    def __add__(self, other: "LossSums") -> "LossSums":
+        return LossSums(*(max(getattr(self, f.name), getattr(other, f.name)) if f.name == "is_max"
+                          else getattr(self, f.name) + getattr(other, f.name) for f in dataclasses.fields(self)))
+
+    def as_tensor(self) -> Tensor:
+        return torch.tensor([float(getattr(self, f.name)) for f in dataclasses.fields(self)], dtype=torch.float64)
+
+    @classmethod
+    def from_tensor(cls, t: Tensor) -> "LossSums":
+        return cls(*t.tolist())
+
+
+class Learner:
+    """Policy, reference, optimizer and schedule, and the GRPO update over a GRPOBatch.
+
+    Data parallel when torch.distributed is initialised (`world` > 1): every rank walks the same
+    minibatches (same generator), takes every world-th sequence of each after sorting by length, and
+    the gradients (with the loss, for the non-finite check) are summed across ranks in one all-reduce
+    before each optimizer step. Loss denominators count the whole minibatch, so the summed gradient is
+    the one a single process computes on the same batch, up to float summation order.
+    """
+
+    def __init__(self, args: GRPOConfig, model, pad_id: int, generator: torch.Generator, total_steps: int):
+        self.args, self.model, self.pad_id, self.generator = args, model, pad_id, generator
+        self.is_peft = hasattr(model, "peft_config")
+        self.ref_model = None  # with LoRA the reference is the base model with adapters disabled
+        if args.beta > 0 and not self.is_peft:
+            self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
+        self.optimizer, self.scheduler = build_optimizer(args, model, total_steps)
+        dist = torch.distributed
+        self.world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+        self.rank = dist.get_rank() if self.world > 1 else 0
+        self.version = 0
+        """GRPO steps applied to the weights: the version rollouts sampled with the current weights carry."""
+
+    # ------------------------------------------------------------------ the update
+    def update(self, batch: GRPOBatch) -> tuple[LossSums, dict[str, float]]:
+        """num_iterations passes of minibatch updates over the batch; token sums and loss-side metrics."""
+        a, N = self.args, len(batch.completion_ids)
+        micro, mb = a.per_device_train_batch_size, a.per_device_train_batch_size * a.gradient_accumulation_steps
+        keep = ~batch.truncated if a.mask_truncated_completions else torch.ones(N, dtype=torch.bool)  # [N]
+        n_tok = torch.tensor([len(c) for c in batch.completion_ids]) * keep          # [N]
+        old = self.frozen_logprobs(batch, reference=False) if a.num_iterations > 1 else None
+        ref = self.frozen_logprobs(batch, reference=True) if a.beta > 0 else None
+        trainable = keep & (n_tok > 0)                                               # [N]
+        if a.skip_zero_advantage and a.beta == 0:
+            trainable &= batch.advantages != 0   # such sequences add exactly 0 to loss and gradient
+        seq_len = [len(p) + len(c) for p, c in zip(batch.prompt_ids, batch.completion_ids)]
+        reduce = self._all_reduce if self.world > 1 else None
+        sums, grad_norms, skipped = LossSums(), [], 0
+        self.model.train()
+        for _ in range(a.num_iterations):
+            order = torch.randperm(N, generator=self.generator)
+            for s in range(0, N, mb):
+                part = order[s:s + mb]
+                denom = dict(num_sequences=int(keep[part].sum()), num_tokens=int(n_tok[part].sum()),
+                             max_len=a.max_completion_length)
+                live = sorted(part[trainable[part]].tolist(), key=seq_len.__getitem__)[self.rank::self.world]
+                minibatch = LossSums()
+                for m in range(0, len(live), micro):  # length-sorted micro-batches: little padding
+                    minibatch = minibatch + self._micro_step(batch, live[m:m + micro], keep, old, ref, denom)
+                norm = optimizer_step(a, self.model, self.optimizer, self.scheduler, minibatch.loss, reduce)
+                if math.isnan(norm):  # skipped (on_nonfinite=skip): its statistics describe no update
+                    skipped += 1
+                else:
+                    sums, grad_norms = sums + minibatch, grad_norms + [norm]
+        self.version += 1
+        self.sync_reference()
+        return self._metrics(self._gather(sums), grad_norms, skipped, trainable, ref is not None)
+
+    def _metrics(self, sums: LossSums, grad_norms: list[float], skipped: int, trainable: Tensor,
+                 with_kl: bool) -> tuple[LossSums, dict[str, float]]:
+        steps, per_token = len(grad_norms), sums.tokens or math.nan  # nothing trained: NaN, not 0
+        metrics = {"loss": sums.loss / steps if steps else math.nan, "entropy": sums.entropy / per_token,
+                   "clip/low": sums.clip_low / per_token, "clip/high": sums.clip_high / per_token,
+                   "grad_norm": sum(grad_norms) / steps if steps else math.nan,
+                   "train/nonfinite_skipped": float(skipped), "train/trained_frac": trainable.float().mean().item()}
+        if with_kl:
+            metrics["kl"] = sums.kl / per_token
+        if sums.stale_tokens:
+            metrics.update({"offpolicy/is_weight_mean": sums.is_weight / sums.stale_tokens,
+                            "offpolicy/is_weight_max": sums.is_max,
+                            "offpolicy/is_clipped_frac": sums.is_clipped / sums.stale_tokens,
+                            "offpolicy/stale_token_frac": sums.stale_tokens / per_token})
+        return sums, metrics
+
+    def _all_reduce(self, params: list[Tensor], loss: float) -> float:
+        """Sum every gradient and the loss over ranks in one collective; returns the summed loss."""
+        flat = torch.cat([p.grad.reshape(-1).float() for p in params] + [torch.tensor([loss])])
+        torch.distributed.all_reduce(flat)
+        offset = 0
+        for p in params:
+            p.grad.copy_(flat[offset:offset + p.numel()].view_as(p.grad))
+            offset += p.numel()
+        return float(flat[-1])
+
+    def _gather(self, sums: LossSums) -> LossSums:
+        """Every rank's sums added (the largest behaviour weight: the max), so metrics describe the whole batch."""
+        if self.world == 1:
+            return sums
+        total = sums.as_tensor()
+        peak = torch.tensor([sums.is_max], dtype=torch.float64)
+        torch.distributed.all_reduce(total)
+        torch.distributed.all_reduce(peak, op=torch.distributed.ReduceOp.MAX)
+        out = LossSums.from_tensor(total)
+        out.is_max = float(peak)
+        return out
+
+    def _micro_step(self, batch: GRPOBatch, ids: list[int], keep: Tensor, old: list[Tensor] | None,
+                    ref: list[Tensor] | None, denom: dict) -> LossSums:
+        """Forward, loss and backward for the sequences `ids`; returns their token sums."""
+        a = self.args
+        p, c = [batch.prompt_ids[i] for i in ids], [batch.completion_ids[i] for i in ids]
+        logp, mask, ent = self._logprobs(self.model, p, c, with_entropy=True)        # [n,T]
+        T = logp.shape[1]
+
+        def stack(seqs):  # per-sequence 1-D log-probs -> [n,T]
+            return torch.stack([torch.nn.functional.pad(x, (0, T - len(x))) for x in seqs]).to(logp.device)
+
+        old_lp = stack([old[i] for i in ids]) if old is not None else logp.detach()  # [n,T]
+        mask = mask * keep[ids].to(mask.device).unsqueeze(-1)                        # [n,T]
+        loss_tok, clip = algos.policy_loss(logp, old_lp, batch.advantages[ids].to(logp.device), mask,
+                                           a.epsilon, a.epsilon_high, a.importance_sampling_level, a.delta)  # [n,T]
+        if a.top_entropy_quantile < 1.0:  # the policy term on high-entropy tokens only; KL still on all
+            loss_tok = loss_tok * algos.high_entropy_mask(ent, mask, a.top_entropy_quantile)  # [n,T]
+        off = LossSums()
+        stale = (batch.versions[ids] < self.version).to(logp.device)                 # [n]
+        if batch.behaviour_logprobs is not None and bool(stale.any()):  # sampled by older weights
+            stale_tok = mask.bool() & stale.unsqueeze(-1)                             # [n,T]
+            w, capped = algos.behaviour_weights(old_lp, stack([batch.behaviour_logprobs[i] for i in ids]),
+                                                stale_tok, a.off_policy_is_cap)     # [n,T]
+            loss_tok = loss_tok * w
+            off = LossSums(stale_tokens=float(stale_tok.sum()), is_weight=float(w[stale_tok].sum()),
+                           is_clipped=float(capped.sum()), is_max=float(w[stale_tok].max()))
+        kl_sum = 0.0
+        if ref is not None:
+            kl = algos.kl_penalty(a.kl_estimator, logp, stack([ref[i] for i in ids]))  # [n,T]
+            loss_tok = loss_tok + a.beta * kl                                         # [n,T]
+            kl_sum = float((kl.detach() * mask).sum())
+        loss = algos.aggregate(a.loss_type, loss_tok, mask, **denom)
+        loss.backward()
+        return off + LossSums(loss=float(loss.detach()), tokens=float(mask.sum()), kl=kl_sum,
+                              entropy=float((ent * mask).sum()), clip_low=float((clip["clip/low"] * mask).sum()),
+                              clip_high=float((clip["clip/high"] * mask).sum()),
+                              processed=sum(map(len, p)) + sum(map(len, c)))
+
+    def _logprobs(self, model, prompts, comps, with_entropy=False):
+        return completion_logprobs(model, prompts, comps, self.pad_id, self.args.temperature, with_entropy)
+
+    @torch.no_grad()
+    def frozen_logprobs(self, batch: GRPOBatch, reference: bool) -> list[Tensor]:
+        """Per-sequence log-probs under the current weights (old policy) or the reference."""
+        micro = self.args.per_device_train_batch_size
+        model, ctx = self.model, nullcontext()
+        if reference:
+            model = self.ref_model if self.ref_model is not None else self.model
+            ctx = self.model.disable_adapter() if self.is_peft else nullcontext()
+        out = []
+        with ctx:
+            for s in range(0, len(batch.completion_ids), micro):
+                lp, mask, _ = self._logprobs(model, batch.prompt_ids[s:s + micro], batch.completion_ids[s:s + micro])
+                out += [lp[i, :int(mask[i].sum())].cpu() for i in range(len(lp))]
+        return out
+
+    @torch.no_grad()
+    def sync_reference(self) -> None:
+        """TR-DPO's reference update, as TRL's sync_ref_model: every ref_model_sync_steps steps
+        ref <- alpha * policy + (1 - alpha) * ref."""
+        a = self.args
+        if not a.sync_ref_model or self.ref_model is None or self.version % a.ref_model_sync_steps:
+            return
+        for ref, policy in zip(self.ref_model.parameters(), self.model.parameters()):
+            ref.mul_(1 - a.ref_model_mixup_alpha).add_(policy.detach(), alpha=a.ref_model_mixup_alpha)
+
+    # ------------------------------------------------------------------ state, for weight sync and checkpoints
+    def trainable_state(self) -> dict[str, Tensor]:
+        """The parameters the optimizer moves (all of them, or the LoRA adapters), on the CPU."""
+        return {n: p.detach().cpu().clone() for n, p in self.model.named_parameters() if p.requires_grad}
+
+    def state(self) -> dict:
+        return {"weights": self.trainable_state(), "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(), "version": self.version,
+                "generator": self.generator.get_state()}
+
+    @torch.no_grad()
+    def load_state(self, state: dict) -> None:
+        params = dict(self.model.named_parameters())
+        for n, w in state["weights"].items():
+            params[n].copy_(w)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.version = state["version"]
+        self.generator.set_state(state["generator"])

@@ -200,7 +200,7 @@ class GRPOTrainer(Trainer):
             "completion/len_mean": lengths.mean().item(), "completion/len_min": lengths.min().item(),
             "completion/len_max": lengths.max().item(),
             "completion/truncated_frac": batch.truncated.float().mean().item(),
-            "lr": self.scheduler.get_last_lr()[0] if not self.pipeline else metrics.pop("lr"),
+            "lr": metrics.pop("lr") if "lr" in metrics else self.scheduler.get_last_lr()[0],
             "perf/step_s": t2 - t0, "perf/generate_s": t_gen, "perf/train_s": t2 - t1,
             "perf/gen_tokens_per_s": lengths.sum().item() / max(t_gen, TIME_FLOOR_S),
             "perf/train_tokens_per_s": sums.processed / max(t2 - t1, TIME_FLOOR_S) if sums.processed else math.nan,
@@ -263,20 +263,45 @@ class GRPOTrainer(Trainer):
         batch, metrics = self.score([self.rows[i] for i in idx], [self.prompt_ids[i] for i in idx], out)
         return batch, {**metrics, "perf/score_s": time.perf_counter() - t0}
 
-    def score(self, rows: list[dict], prompt_ids: list[list[int]], out) -> tuple[GRPOBatch, dict[str, float]]:
+    def score(self, rows: list[dict], prompt_ids: list[list[int]], out, texts: list[str] | None = None
+              ) -> tuple[GRPOBatch, dict[str, float]]:
         """A Rollout of G completions per row -> the scored GRPOBatch (advantages 0 until `assemble`)."""
-        G = self.args.num_generations
-        texts = self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)  # N
+        texts = texts if texts is not None else self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
         state = SimpleNamespace(global_step=self.step_count, max_steps=self.max_steps)  # TRL's TrainerState fields
-        rpf, metrics = score_groups(self.reward_funcs, rows, texts, G, out.completion_ids, state,
-                                    self.args.reward_timeout)                        # [N,F]
-        N = len(texts)
+        rpf, metrics = score_groups(self.reward_funcs, rows, texts, self.args.num_generations, out.completion_ids,
+                                    state, self.args.reward_timeout)                # [N,F]
+        return self.make_batch(rows, prompt_ids, out, texts, rpf), metrics
+
+    def make_batch(self, rows: list[dict], prompt_ids: list[list[int]], out, texts: list[str], rpf: Tensor) -> GRPOBatch:
+        G, N = self.args.num_generations, len(texts)
         behaviour = None if out.logprobs is None else [torch.tensor(x, dtype=torch.float32) for x in out.logprobs]
         return GRPOBatch(rows=rows, prompt_ids=[p for p in prompt_ids for _ in range(G)],
                          completion_ids=out.completion_ids, texts=texts, truncated=torch.tensor(out.truncated),
                          rewards_per_func=rpf, rewards=self._combine(rpf), advantages=torch.zeros(N),
-                         versions=torch.full((N,), out.version, dtype=torch.long),
-                         behaviour_logprobs=behaviour), metrics
+                         versions=torch.full((N,), out.version, dtype=torch.long), behaviour_logprobs=behaviour)
+
+    def train(self, resume_from_checkpoint: str | bool | None = None) -> dict[str, float]:
+        try:
+            return super().train(resume_from_checkpoint)
+        finally:
+            if self.pipeline:  # the final weights come home; actors (and a Ray started here) end
+                self.pipeline.close()
+
+    def _state(self) -> dict:
+        state = super()._state()
+        if self.pipeline:  # prompts of steps already in flight are drawn again after a resume
+            state["sampler"] = self.pipeline.sampler_state()
+        return state
+
+    def save_checkpoint(self):
+        if self.pipeline:
+            self.pipeline.pull()
+        return super().save_checkpoint()
+
+    def _evaluate(self) -> dict[str, float]:
+        if self.pipeline:
+            self.pipeline.pull()
+        return super()._evaluate()
 
     def _restore(self, path) -> None:
         super()._restore(path)

@@ -219,6 +219,16 @@ class StreamSampler:
         return StreamSampler(self.dataset, self.seed, self.admit, shuffle=self.shuffle, **state)
 
 
+def autocast(cfg: TrainConfig, model):
+    """The mixed-precision context of forward passes (bf16/fp16 mixed precision), or a no-op."""
+    if not (cfg.bf16 or cfg.fp16):
+        return contextlib.nullcontext()
+    device = next(model.parameters()).device.type
+    if cfg.fp16 and device != "cuda":
+        raise ValueError("fp16 mixed precision needs a CUDA device; on a CPU use bf16=true")
+    return torch.autocast(device, dtype=torch.bfloat16 if cfg.bf16 else torch.float16)
+
+
 class Trainer(abc.ABC):
     """Subclasses set model, tokenizer, optimizer, scheduler, sampler, generator and define step()."""
 
@@ -243,12 +253,7 @@ class Trainer(abc.ABC):
 
     def autocast(self):
         """The mixed-precision context of the forward passes (bf16/fp16), or a no-op."""
-        if not (self.args.bf16 or self.args.fp16):
-            return contextlib.nullcontext()
-        device = next(self.model.parameters()).device.type
-        if self.args.fp16 and device != "cuda":
-            raise ValueError("fp16 mixed precision needs a CUDA device; on a CPU use bf16=true")
-        return torch.autocast(device, dtype=torch.bfloat16 if self.args.bf16 else torch.float16)
+        return autocast(self.args, self.model)
 
     @abc.abstractmethod
     def step(self) -> dict[str, float]:

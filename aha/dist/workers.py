@@ -1,0 +1,123 @@
+"""The Ray actors, each a thin wrapper over a box that also runs in one process: an Engine (rollout worker),
+`score_groups` (reward worker) and a `Learner` (one data-parallel rank). Plain classes: aha.dist.cluster
+turns them into actors, so importing this module needs no Ray."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+import time
+
+import torch
+
+from ..rewards import last_failure, reward_name, score_groups
+from ..rollout import SamplingParams
+from ..train.learner import GRPOBatch, Learner
+from ..train.loop import autocast, seed_everything
+
+
+def load_trainable(model, state: dict[str, torch.Tensor]) -> int:
+    """Copy `state` (trainable parameters by name) into `model`; returns the bytes received."""
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for name, value in state.items():
+            params[name].copy_(value)
+    return sum(v.numel() * v.element_size() for v in state.values())
+
+
+class Identity:
+    """What tests and the driver ask any worker: its process and its Ray node."""
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def node(self) -> str:
+        import ray
+        return ray.get_runtime_context().get_node_id()
+
+
+class RolloutWorker(Identity):
+    """A policy copy and an Engine. Generates whole groups with the weights of one version (a call that
+    asks for a newer version first loads it from the object store), and reports that version, each
+    token's behaviour log-prob (when asked) and the time it was busy."""
+
+    def __init__(self, model, tokenizer, engine_factory, args):
+        self.model, self.tokenizer, self.args = model.eval(), tokenizer, args
+        self.engine = engine_factory(model, tokenizer, args.generation_max_batch)
+
+    def generate(self, prompt_ids: list[list[int]], params: SamplingParams, seed: int, weights: tuple) -> dict:
+        """G completions of each prompt. `weights` is (version, [ObjectRef of the trainable state, or None])."""
+        import ray
+        t0, (version, (ref,)), received = time.perf_counter(), weights, 0
+        if version != self.engine.version:
+            if ref is not None:
+                received = load_trainable(self.model, ray.get(ref))
+            self.engine.update_weights(self.model, version)
+        t1 = time.perf_counter()
+        with autocast(self.args, self.model):
+            out = self.engine.generate(prompt_ids, self.args.num_generations, params,
+                                       torch.Generator().manual_seed(seed))
+        texts = self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
+        return {"rollout": out, "texts": texts, "sync_s": t1 - t0, "sync_bytes": received,
+                "busy_s": time.perf_counter() - t0}
+
+
+class RewardWorker(Identity):
+    """The reward functions, run on groups as their rollouts arrive; each call has the wall-clock limit."""
+
+    def __init__(self, reward_funcs: list, timeout_s: float):
+        self.reward_funcs, self.timeout_s = reward_funcs, timeout_s
+
+    def score(self, generated: dict, rows: list[dict], state) -> dict:
+        t0 = time.perf_counter()
+        out = generated["rollout"]
+        n = len(out.completion_ids) // len(rows)
+        rewards, metrics = score_groups(self.reward_funcs, rows, generated["texts"], n, out.completion_ids, state,
+                                        self.timeout_s)                                # [n,F]
+        failures = {reward_name(f): repr(last_failure(reward_name(f))) for f in self.reward_funcs
+                    if metrics[f"reward/{reward_name(f)}/failed"]}
+        return {"rewards": rewards, "metrics": metrics, "failures": failures, "busy_s": time.perf_counter() - t0}
+
+
+class LearnerWorker(Identity):
+    """One rank of data-parallel training: a Learner in a torch.distributed (gloo) group."""
+
+    def __init__(self, args, model, pad_id: int, total_steps: int):
+        self.args, self.model, self.pad_id, self.total_steps = args, model, pad_id, total_steps
+        self.learner: Learner | None = None
+
+    def endpoint(self) -> str:
+        """host:port where rank 0 takes the group's rendezvous (a port free on its node now)."""
+        import ray
+        with socket.socket() as s:
+            s.bind(("", 0))
+            return f"{ray.util.get_node_ip_address()}:{s.getsockname()[1]}"
+
+    def join(self, address: str, rank: int, world: int) -> int:
+        torch.distributed.init_process_group("gloo", init_method=f"tcp://{address}", rank=rank, world_size=world,
+                                             timeout=datetime.timedelta(seconds=self.args.dist_timeout))
+        seed_everything(self.args.seed)
+        self.learner = Learner(self.args, self.model, self.pad_id, torch.Generator().manual_seed(self.args.seed),
+                               self.total_steps)
+        return rank
+
+    def update(self, batch: GRPOBatch) -> tuple:
+        t0 = time.perf_counter()
+        with autocast(self.args, self.model):
+            sums, metrics = self.learner.update(batch)
+        metrics["lr"] = self.learner.scheduler.get_last_lr()[0]
+        return sums, metrics, time.perf_counter() - t0
+
+    def weights(self) -> dict:
+        return self.learner.trainable_state()
+
+    def state(self) -> dict:
+        return self.learner.state()
+
+    def load_state(self, state: dict) -> None:
+        self.learner.load_state(state)
+
+    def leave(self) -> None:
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()

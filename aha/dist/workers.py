@@ -37,12 +37,19 @@ class Identity:
         return ray.get_runtime_context().get_node_id()
 
 
+def use_threads(args) -> None:
+    """The config's torch thread count (Ray already gives each 1-CPU actor one thread by default)."""
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+
 class RolloutWorker(Identity):
     """A policy copy and an Engine. Generates whole groups with the weights of one version (a call that
     asks for a newer version first loads it from the object store), and reports that version, each
     token's behaviour log-prob (when asked) and the time it was busy."""
 
     def __init__(self, model, tokenizer, engine_factory, args):
+        use_threads(args)
         self.model, self.tokenizer, self.args = model.eval(), tokenizer, args
         self.engine = engine_factory(model, tokenizer, args.generation_max_batch)
 
@@ -84,6 +91,7 @@ class LearnerWorker(Identity):
     """One rank of data-parallel training: a Learner in a torch.distributed (gloo) group."""
 
     def __init__(self, args, model, pad_id: int, total_steps: int):
+        use_threads(args)
         self.args, self.model, self.pad_id, self.total_steps = args, model, pad_id, total_steps
         self.learner: Learner | None = None
 

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
+from ..behaviour import DEFAULT_REFLECTION_PHRASES
 from .parse import ConfigError, checked
 
 DType = Literal["float32", "bfloat16", "float16", "auto"]
@@ -238,6 +239,23 @@ class GRPOConfig(TrainConfig):
     reward_timeout: float = 300.0
     """Wall-clock seconds each reward function call may take; past it, that call's rewards are excluded and
     counted in reward/call_timeouts (the run goes on)."""
+    reflection_phrases: list[str] = field(default_factory=lambda: list(DEFAULT_REFLECTION_PHRASES))
+    """Phrases counted as reflection in behaviour/reflection_rate (case-insensitive, whole words)."""
+    correct_reward: Optional[str] = None
+    """Reward function whose value decides "correct" for the behaviour/ metrics (None: the first one)."""
+    correct_threshold: float = 1.0
+    """A completion is correct when correct_reward gives at least this."""
+    log_groups_steps: int = 10
+    """Write whole groups with per-token log-prob, ratio, clip, KL and loss share to groups.jsonl every this
+    many steps (0: never)."""
+    log_groups_max: int = 2
+    """Most groups written per logged step (the first ones of the batch)."""
+    log_groups_max_mb: float = 50.0
+    """Size cap of groups.jsonl in MB; once reached, no more groups are written (a warning says so)."""
+    dashboard: bool = False
+    """Serve this run on the local dashboard (aha dashboard) while it trains."""
+    dashboard_port: int = 8765
+    """Port of the dashboard served with dashboard=true (on 127.0.0.1)."""
 
     def __post_init__(self):
         super().__post_init__()
@@ -263,6 +281,11 @@ class GRPOConfig(TrainConfig):
             "ref_model_sync_steps": (at_least_one, ">= 1"),
             "ref_model_mixup_alpha": (lambda v: 0 <= v <= 1, "in [0, 1]"),
             "top_entropy_quantile": (lambda v: 0 <= v <= 1, "in [0, 1]"),
+            "correct_threshold": (math.isfinite, "a finite number"),
+            "log_groups_steps": (non_negative, ">= 0 (0: never)"),
+            "log_groups_max": (at_least_one, ">= 1"),
+            "log_groups_max_mb": (finite(positive), "> 0"),
+            "dashboard_port": (lambda v: 0 <= v < 65536, "in [0, 65535] (0: any free port)"),
         })
         G, micro, accum = self.num_generations, self.per_device_train_batch_size, self.gradient_accumulation_steps
         if self.generation_batch_size is None:

@@ -62,7 +62,7 @@ def check_writable(run_dir: Path) -> None:
         raise PermissionError(f"output_dir {run_dir} is not writable: {e.strerror or e}") from e
 
 
-RUN_FILES = ("config.yaml", "metrics.jsonl", "completions.jsonl", "tensorboard", "model")
+RUN_FILES = ("config.yaml", "metrics.jsonl", "completions.jsonl", "groups.jsonl", "tensorboard", "model")
 """What a run writes into output_dir (besides checkpoint-N): their presence means an earlier run is there."""
 CHECKPOINT_NAME = re.compile(r"^\.?checkpoint-\d+(\.tmp|\.old)?$")
 

@@ -253,7 +253,7 @@ class GRPOConfig(TrainConfig):
     log_groups_max_mb: float = 50.0
     """Size cap of groups.jsonl in MB; once reached, no more groups are written (a warning says so)."""
     dashboard: bool = False
-    """Serve this run on the local dashboard (aha dashboard) while it trains."""
+    """`aha train`: serve this run on the local dashboard while it trains (from Python: aha.dashboard.serve_in_background)."""
     dashboard_port: int = 8765
     """Port of the dashboard served with dashboard=true (on 127.0.0.1)."""
 
@@ -506,3 +506,32 @@ class DemoConfig:
     """Held-out problems used for the in-training curve."""
     progress_bar: bool = True
     """Show progress bars."""
+
+
+@checked
+@dataclass
+class DashboardConfig:
+    """The local web dashboard: runs, curves, group records, the aha tracker and the Learn GRPO explainer."""
+
+    runs: list[str] = field(default_factory=list)
+    """Run directories to show (default: every run found under runs_root)."""
+    runs_root: str = "runs"
+    """Where runs are looked for when `runs` is empty (three levels deep)."""
+    host: str = "127.0.0.1"
+    """Address to bind; the default serves this machine only."""
+    port: int = 8765
+    """Port to serve on (0: any free port)."""
+    playground_dir: Optional[str] = None
+    """Where playground runs are written (default: runs_root/playground)."""
+    playground_model: Optional[str] = None
+    """Model the playground trains (default: the demo's SFT model runs_root/demo/sft/model when it exists, else a
+    tiny model built in code)."""
+    playground_max_steps: int = 30
+    """Most steps a playground run may ask for."""
+    playground_time_s: float = 300.0
+    """Wall-clock cap of one playground run; past it the run is killed."""
+
+    def __post_init__(self):
+        require_all(self, {"port": (lambda v: 0 <= v < 65536, "in [0, 65535]"),
+                           "playground_max_steps": (at_least_one, ">= 1"),
+                           "playground_time_s": (finite(positive), "> 0 seconds")})

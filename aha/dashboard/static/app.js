@@ -115,6 +115,7 @@ function curvePanels(ids) {
 }
 function drawCurves(box, ids) {
   box.replaceChildren(); window.ahaCharts = [];
+  if (!ids.length) return;
   for (const id of ids) fileNotes(box, id);
   const label = (id, key) => ids.length > 1 ? `${id} ${key}` : key;
   const head = el("div", { class: "charts" });
@@ -160,7 +161,7 @@ function tokenSpan(c, i, scale, detail) {
   const t = c.tokens, loss = t.loss ? t.loss[i] : null;
   const a = loss === null || !scale ? 0 : Math.min(1, Math.abs(loss) / scale);
   const color = loss === null ? "transparent" : loss < 0 ? `rgba(22,163,74,${a})` : `rgba(220,38,38,${a})`;
-  const span = el("span", { class: "tok", style: `background:${color}` }, t.piece[i]);
+  const span = el("span", { class: c.trained ? "tok trained" : "tok", style: `background:${color}` }, t.piece[i]);
   span.addEventListener("click", () => {
     document.querySelectorAll(".tok.selected").forEach(s => s.classList.remove("selected"));
     span.classList.add("selected");
@@ -310,10 +311,11 @@ function playgroundPanel() {
   panel.append(el("div", {}, ...inputs.flat(), " ", start, " ", cancel), status, plotBox);
   const draw = async ids => {
     for (const id of ids) await pollMetrics(id);
-    const { xs, values } = aligned(ids, "reward/mean");
     plotBox.replaceChildren();
     window.ahaCharts = window.ahaCharts.filter(c => c.key !== "playground");
-    if (ids.length) chart(plotBox, "playground", "reward/mean of playground runs", xs, ids.map((id, i) => ({ label: id, values: values[i] })));
+    if (!ids.length) return;
+    const { xs, values } = aligned(ids, "reward/mean");
+    chart(plotBox, "playground", "reward/mean of playground runs", xs, ids.map((id, i) => ({ label: id, values: values[i] })));
   };
   const poll = async () => {
     const st = await api("/api/playground");

@@ -153,3 +153,19 @@ def test_a_large_metrics_file_reads_fast(tmp_path):
     t0 = time.perf_counter()
     got = read_jsonl(path)
     assert len(got["rows"]) == 10_000 and time.perf_counter() - t0 < 2.0
+
+
+def test_train_with_dashboard_true_serves_the_run(tiny_dir, tmp_path, capsys):
+    import urllib.request
+
+    from aha.config import GRPOConfig
+    from aha.stages import run_grpo
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{a}+1="}) + "\n" for a in range(8)))
+    run_grpo(GRPOConfig(output_dir=str(tmp_path / "run"), model=tiny_dir, dataset=str(data), reward_funcs=["format"],
+                        max_steps=1, num_generations=2, per_device_train_batch_size=4, max_completion_length=4,
+                        progress_bar=False, report_to=["jsonl"], dashboard=True, dashboard_port=0))
+    url = capsys.readouterr().out.split("aha dashboard: ")[1].split()[0]
+    assert url.startswith("http://127.0.0.1:")
+    runs = json.loads(urllib.request.urlopen(f"{url}/api/runs", timeout=10).read())["runs"]
+    assert [(r["id"], r["steps"]) for r in runs] == [("run", 1)]

@@ -159,6 +159,7 @@ def test_a_playground_run_streams_its_curve_and_can_be_cancelled(driver, site, s
     points = driver.execute_script("const c = window.ahaCharts.find(c => c.key === 'playground');"
                                    "return c ? c.plot.data[0].length : 0")
     assert points >= 3
+    driver.execute_script("document.getElementById('playground').scrollIntoView()")
     driver.save_screenshot(str(shots / "playground.png"))
     driver.find_element("id", "pg-cancel").click()
     wait_for(lambda: status.get_attribute("data-state") == "cancelled", what="cancelled")

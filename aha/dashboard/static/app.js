@@ -175,7 +175,9 @@ function tokenSpan(c, i, scale, detail) {
 function drawGroup(g, detail) {
   if (g.error) return el("div", { class: "note" }, g.error);
   const box = el("div", { class: "group" });
-  const prompt = typeof g.prompt === "string" ? g.prompt : JSON.stringify(g.prompt);
+  const last = Array.isArray(g.prompt) && g.prompt.length ? g.prompt[g.prompt.length - 1] : null;
+  const prompt = typeof g.prompt === "string" ? g.prompt : last && typeof last.content === "string" ?
+    `${last.role}: ${last.content}` : JSON.stringify(g.prompt);
   box.append(el("div", {}, el("b", {}, `group ${g.group}: `), prompt, g.answer ? `  (gold: ${g.answer})` : ""),
              el("div", { class: "meta" }, `reward mean ${fmt(g.mean)} · std ${fmt(g.std)} · G = ${g.completions.length}`));
   const terms = g.completions.flatMap(c => (c.tokens.loss || []).filter(v => v !== null).map(Math.abs));

@@ -214,3 +214,26 @@ def reflection_by_step(path: Path, phrases: list[str], index: GroupIndex) -> lis
         out.append({"step": step, "completions": len(texts), "reflective": len(hits),
                     "example": hits[0][:SHOWN_CHARS] if hits else None})
     return out
+
+
+class MetricsCache:
+    """The parsed rows of each metrics file up to the byte offset read so far, so that opening a long run again
+    parses only what was appended since (a file that shrank, rewritten on resume, is read afresh)."""
+
+    def __init__(self):
+        self.cache: dict[Path, tuple[int, list[dict], list[dict]]] = {}
+        self.lock = threading.Lock()
+
+    def read(self, path: Path, offset: int) -> dict:
+        """As read_jsonl(path, offset); served from the cache when `offset` is 0."""
+        if offset:
+            return read_jsonl(path, offset)
+        with self.lock:
+            done, rows, bad = self.cache.get(path, (0, [], []))
+            got = read_jsonl(path, done)
+            if got["reset"]:
+                done, rows, bad = 0, [], []
+                got = read_jsonl(path, 0)
+            rows, bad = rows + got["rows"], bad + got["bad"]
+            self.cache[path] = (got["offset"], rows, bad)
+            return {**got, "rows": rows, "bad": bad, "reset": False}

@@ -22,7 +22,7 @@ from starlette.staticfiles import StaticFiles
 from . import explain
 from .playground import Playground
 from ..behaviour import DEFAULT_REFLECTION_PHRASES
-from .runs import (GROUPS, METRICS, GroupIndex, RunRegistry, columns, read_config, read_jsonl, reflection_by_step,
+from .runs import (GROUPS, METRICS, GroupIndex, MetricsCache, RunRegistry, columns, read_config, reflection_by_step,
                    safe_file, summary)
 
 log = logging.getLogger("aha.dashboard")
@@ -49,7 +49,7 @@ def _int(request: Request, key: str, default: int) -> int:
 
 def make_app(registry: RunRegistry, playground: Playground) -> Starlette:
     """The app: pages under /, the API under /api (see each handler)."""
-    index = GroupIndex()
+    index, cache = GroupIndex(), MetricsCache()
 
     async def runs(request: Request):
         return JSONResponse({"runs": [summary(i, p) for i, p in registry.runs().items()]})
@@ -63,7 +63,7 @@ def make_app(registry: RunRegistry, playground: Playground) -> Starlette:
         if not (path / METRICS).is_file():
             return JSONResponse({"run": run_id, "offset": 0, "step": [], "series": {}, "bad": [], "partial": None,
                                  "reset": False, "missing": True})
-        got = read_jsonl(path / METRICS, _int(request, "offset", 0))
+        got = cache.read(path / METRICS, _int(request, "offset", 0))
         rows = got.pop("rows")
         return JSONResponse({"run": run_id, **got, **columns(rows)})
 

@@ -96,9 +96,9 @@ async function pageRuns() {
     box.addEventListener("change", () => {
       state.selected = [...document.querySelectorAll("#runs-table input:checked")].map(b => b.dataset.run);
     });
-    const cfg = Object.entries(r.config).map(([k, v]) => `${k}=${v}`).join("  ") + (r.config_error ? ` (${r.config_error})` : "");
-    const files = el("td", { class: "text" }, ...r.files.map(f =>
-      el("a", { href: `/api/file?run=${encodeURIComponent(r.id)}&path=${encodeURIComponent(f)}`, target: "_blank" }, f + " ")));
+    const cfg = Object.entries(r.config).filter(([, v]) => v !== null && v !== "").map(([k, v]) => `${k}=${v}`).join("  ") + (r.config_error ? ` (${r.config_error})` : "");
+    const files = el("td", { class: "text" }, ...r.files.flatMap(f => [
+      el("a", { href: `/api/file?run=${encodeURIComponent(r.id)}&path=${encodeURIComponent(f)}`, target: "_blank" }, f), el("br")]));
     table.append(el("tr", {}, el("td", {}, box), el("td", { class: "text" }, r.id), el("td", {}, r.steps),
       el("td", { class: "text" }, cfg), el("td", {}, fmt(r.last["reward/mean"])), el("td", {}, fmt(r.last["eval/accuracy"])),
       el("td", {}, fmt(r.last["completion/len_mean"])), el("td", {}, fmt(r.last["behaviour/reflection_rate"])), files));

@@ -47,52 +47,74 @@ def _int(request: Request, key: str, default: int) -> int:
         return default
 
 
-def make_app(registry: RunRegistry, playground: Playground) -> Starlette:
-    """The app: pages under /, the API under /api (see each handler)."""
-    index, cache = GroupIndex(), MetricsCache()
+def _post(fn):
+    """A POST handler: the JSON body to `fn`, its dict back; explain.BadInput is a 400 with its message."""
+    async def handler(request: Request):
+        try:
+            body = await request.json()
+        except ValueError:
+            return _error(400, "the body must be JSON")
+        try:
+            return JSONResponse(fn(body if isinstance(body, dict) else {}))
+        except explain.BadInput as e:
+            return _error(400, str(e))
+    return handler
 
-    async def runs(request: Request):
-        return JSONResponse({"runs": [summary(i, p) for i, p in registry.runs().items()]})
 
-    async def metrics(request: Request):
+async def _crash(request: Request, exc: Exception):
+    log.exception("dashboard: %s failed", request.url.path)
+    return _error(500, f"{type(exc).__name__}: {exc}")
+
+
+class Api:
+    """The GET handlers over the runs of `registry`."""
+
+    def __init__(self, registry: RunRegistry, playground: Playground):
+        self.registry, self.playground = registry, playground
+        self.index, self.cache = GroupIndex(), MetricsCache()
+
+    async def runs(self, request: Request):
+        return JSONResponse({"runs": [summary(i, p) for i, p in self.registry.runs().items()]})
+
+    async def metrics(self, request: Request):
         """?run=ID&offset=BYTES: the metric rows written since `offset`, as columns, with bad or partial lines."""
-        found = _run(request, registry)
+        found = _run(request, self.registry)
         if isinstance(found, JSONResponse):
             return found
         run_id, path = found
         if not (path / METRICS).is_file():
             return JSONResponse({"run": run_id, "offset": 0, "step": [], "series": {}, "bad": [], "partial": None,
                                  "reset": False, "missing": True})
-        got = cache.read(path / METRICS, _int(request, "offset", 0))
+        got = self.cache.read(path / METRICS, _int(request, "offset", 0))
         rows = got.pop("rows")
         return JSONResponse({"run": run_id, **got, **columns(rows)})
 
-    async def groups(request: Request):
+    async def groups(self, request: Request):
         """?run=ID: the steps that have group records; with &step=S, that step's groups."""
-        found = _run(request, registry)
+        found = _run(request, self.registry)
         if isinstance(found, JSONResponse):
             return found
         run_id, path = found
         file = path / GROUPS
         if not file.is_file():
             return JSONResponse({"run": run_id, "steps": [], "groups": [], "missing": True})
-        steps = sorted(index.steps(file))
+        steps = sorted(self.index.steps(file))
         step = _int(request, "step", steps[-1] if steps else 0)
         return JSONResponse({"run": run_id, "steps": steps, "step": step,
-                             "groups": index.groups(file, step) if step in steps else []})
+                             "groups": self.index.groups(file, step) if step in steps else []})
 
-    async def aha(request: Request):
+    async def aha(self, request: Request):
         """?run=ID: reflection phrases in the recorded completions, step by step (the run's own phrase list)."""
-        found = _run(request, registry)
+        found = _run(request, self.registry)
         if isinstance(found, JSONResponse):
             return found
         phrases = read_config(found[1]).get("reflection_phrases") or list(DEFAULT_REFLECTION_PHRASES)
         return JSONResponse({"run": found[0], "phrases": phrases,
-                             "steps": reflection_by_step(found[1] / GROUPS, phrases, index)})
+                             "steps": reflection_by_step(found[1] / GROUPS, phrases, self.index)})
 
-    async def file(request: Request):
+    async def file(self, request: Request):
         """?run=ID&path=REL: a file inside the run's directory; anything outside it is refused (403)."""
-        found = _run(request, registry)
+        found = _run(request, self.registry)
         if isinstance(found, JSONResponse):
             return found
         target = safe_file(found[1], request.query_params.get("path", ""))
@@ -100,46 +122,35 @@ def make_app(registry: RunRegistry, playground: Playground) -> Starlette:
             return _error(403, "only files inside the run directory are served")
         return FileResponse(target)
 
-    def post(fn):
-        async def handler(request: Request):
-            try:
-                body = await request.json()
-            except ValueError:
-                return _error(400, "the body must be JSON")
-            try:
-                return JSONResponse(fn(body if isinstance(body, dict) else {}))
-            except explain.BadInput as e:
-                return _error(400, str(e))
-        return handler
+    async def playground_status(self, request: Request):
+        earlier = sorted(i for i in self.registry.runs() if i.startswith("playground/"))
+        return JSONResponse({**self.playground.status(), "runs": earlier})
 
-    async def playground_status(request: Request):
-        earlier = sorted(i for i in registry.runs() if i.startswith("playground/"))
-        return JSONResponse({**playground.status(), "runs": earlier})
-
-    async def page(request: Request):
+    async def page(self, request: Request):
         return FileResponse(STATIC / "index.html")
 
-    async def crash(request: Request, exc: Exception):
-        log.exception("dashboard: %s failed", request.url.path)
-        return _error(500, f"{type(exc).__name__}: {exc}")
 
+def make_app(registry: RunRegistry, playground: Playground) -> Starlette:
+    """The app: the page at /, its files under /static, the API under /api."""
+    api = Api(registry, playground)
     routes = [
-        Route("/", page), Route("/api/runs", runs), Route("/api/metrics", metrics), Route("/api/groups", groups),
-        Route("/api/file", file), Route("/api/aha", aha),
-        Route("/api/learn/advantages", post(explain.advantages), methods=["POST"]),
-        Route("/api/learn/ratio", post(explain.ratio), methods=["POST"]),
-        Route("/api/learn/kl", post(explain.kl), methods=["POST"]),
-        Route("/api/playground", playground_status),
-        Route("/api/playground/start", post(playground.start), methods=["POST"]),
-        Route("/api/playground/cancel", post(lambda body: playground.cancel()), methods=["POST"]),
+        Route("/", api.page), Route("/api/runs", api.runs), Route("/api/metrics", api.metrics),
+        Route("/api/groups", api.groups), Route("/api/file", api.file), Route("/api/aha", api.aha),
+        Route("/api/learn/advantages", _post(explain.advantages), methods=["POST"]),
+        Route("/api/learn/ratio", _post(explain.ratio), methods=["POST"]),
+        Route("/api/learn/kl", _post(explain.kl), methods=["POST"]),
+        Route("/api/playground", api.playground_status),
+        Route("/api/playground/start", _post(playground.start), methods=["POST"]),
+        Route("/api/playground/cancel", _post(lambda body: playground.cancel()), methods=["POST"]),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
+
     @contextlib.asynccontextmanager
     async def lifespan(app):
         yield
         playground.close()  # a playground job never outlives the server
 
-    return Starlette(routes=routes, exception_handlers={Exception: crash}, lifespan=lifespan)
+    return Starlette(routes=routes, exception_handlers={Exception: _crash}, lifespan=lifespan)
 
 
 class Server:

@@ -32,6 +32,9 @@ def make_run(path, torn=True):
     (path / "metrics.jsonl").write_text("\n".join(lines) + "\n" + ('{"step": 4, "reward/me' if torn else ""))
     (path / "groups.jsonl").write_text(json.dumps(GROUP) + "\n")
     (path / "summary.json").write_text("{}")
+    (path / "held_out.jsonl").write_text("".join(json.dumps({"step": s, "id": 7, "prompt": "2+2=", "answer": "4",
+                                                             "greedy": g, "correct": g == "4"}) + "\n"
+                                                 for s, g in ((0, "5"), (10, "4"))))
     return path
 
 
@@ -80,6 +83,9 @@ def test_groups_and_aha(client):
     aha = client.get("/api/aha?run=a").json()
     assert aha["phrases"] == ["wait"] and aha["steps"] == [{"step": 2, "completions": 2, "reflective": 1,
                                                             "example": "2 wait"}]
+    held = aha["held_out"]
+    assert held["steps"] == [0, 10] and held["problems"][0]["by_step"] == {
+        "0": {"greedy": "5", "correct": False}, "10": {"greedy": "4", "correct": True}}
 
 
 def test_path_traversal_is_refused(client):

@@ -20,6 +20,9 @@ def test_demo_writes_summary_plot_table_and_models(tmp_path, capsys):
     steps = [json.loads(line)["step"] for line in (out / "grpo" / "metrics.jsonl").read_text().splitlines()]
     assert steps[0] == 0 and steps[-1] == 2  # step 0 is the held-out accuracy before GRPO
     assert "behaviour/reflection_rate" in (out / "grpo" / "metrics.jsonl").read_text()
+    held = [json.loads(line) for line in (out / "grpo" / "held_out.jsonl").read_text().splitlines()]
+    by_step = {s: [r["id"] for r in held if r["step"] == s] for s in (0, 1, 2)}
+    assert len(by_step[0]) == 4 and by_step[0] == by_step[1] == by_step[2]  # the same problems at every evaluation
     assert f"aha dashboard runs_root={tmp_path}" in capsys.readouterr().out  # it ends by saying how to look
 
 

@@ -16,6 +16,7 @@ import yaml
 
 METRICS = "metrics.jsonl"
 GROUPS = "groups.jsonl"
+HELD_OUT = "held_out.jsonl"
 RUN_MARKERS = ("metrics.jsonl", "config.yaml", "demo_config.yaml")
 """A directory holding one of these is a run."""
 SEARCH_DEPTH = 3
@@ -237,3 +238,19 @@ class MetricsCache:
             rows, bad = rows + got["rows"], bad + got["bad"]
             self.cache[path] = (got["offset"], rows, bad)
             return {**got, "rows": rows, "bad": bad, "reset": False}
+
+
+def held_out_table(path: Path) -> dict:
+    """held_out.jsonl -> {"steps": [...], "problems": [{id, prompt, answer, by_step: {step: {greedy, correct}}}]},
+    the same problems answered at each evaluation, side by side."""
+    got = read_jsonl(path) if path.is_file() else {"rows": [], "bad": []}
+    steps, problems = set(), {}
+    for row in got["rows"]:
+        if not isinstance(row.get("step"), int):
+            continue
+        steps.add(row["step"])
+        key = str(row.get("id"))
+        entry = problems.setdefault(key, {"id": row.get("id"), "prompt": row.get("prompt"), "answer": row.get("answer"),
+                                          "by_step": {}})
+        entry["by_step"][str(row["step"])] = {"greedy": row.get("greedy"), "correct": row.get("correct")}
+    return {"steps": sorted(steps), "problems": list(problems.values()), "bad": got["bad"]}

@@ -22,7 +22,7 @@ from starlette.staticfiles import StaticFiles
 from . import explain
 from .playground import Playground
 from ..behaviour import DEFAULT_REFLECTION_PHRASES
-from .runs import (GROUPS, METRICS, GroupIndex, MetricsCache, RunRegistry, columns, read_config, reflection_by_step,
+from .runs import (GROUPS, HELD_OUT, METRICS, GroupIndex, MetricsCache, RunRegistry, columns, held_out_table, read_config, reflection_by_step,
                    safe_file, summary)
 
 log = logging.getLogger("aha.dashboard")
@@ -104,13 +104,15 @@ class Api:
                              "groups": self.index.groups(file, step) if step in steps else []})
 
     async def aha(self, request: Request):
-        """?run=ID: reflection phrases in the recorded completions, step by step (the run's own phrase list)."""
+        """?run=ID: reflection phrases in the recorded completions, step by step (the run's own phrase list), and
+        the greedy answers to the same held-out problems at each evaluation."""
         found = _run(request, self.registry)
         if isinstance(found, JSONResponse):
             return found
         phrases = read_config(found[1]).get("reflection_phrases") or list(DEFAULT_REFLECTION_PHRASES)
         return JSONResponse({"run": found[0], "phrases": phrases,
-                             "steps": reflection_by_step(found[1] / GROUPS, phrases, self.index)})
+                             "steps": reflection_by_step(found[1] / GROUPS, phrases, self.index),
+                             "held_out": held_out_table(found[1] / HELD_OUT)})
 
     async def file(self, request: Request):
         """?run=ID&path=REL: a file inside the run's directory; anything outside it is refused (403)."""

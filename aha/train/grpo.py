@@ -135,7 +135,7 @@ class GRPOTrainer(Trainer):
 
     headline = {"reward": ("reward/mean", "{:.3f}"), "len": ("completion/len_mean", "{:.0f}"),
                 "acc": ("eval/accuracy", "{:.2f}"), "s/step": ("perf/step_s", "{:.2f}")}
-    step_logs = (COMPLETIONS_LOG, GROUPS_LOG)
+    step_logs = Trainer.step_logs + (COMPLETIONS_LOG, GROUPS_LOG)
 
     def __init__(self, model, reward_funcs, args: GRPOConfig | None = None, train_dataset=None,
                  eval_dataset=None, processing_class=None, callbacks=None, peft_config=None,

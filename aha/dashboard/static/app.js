@@ -236,6 +236,20 @@ async function pageAha() {
     for (const s of ex.steps) table.append(el("tr", {}, el("td", {}, s.step), el("td", {}, `${s.reflective} / ${s.completions}`),
       el("td", { class: "text" }, s.example || "")));
     box.append(table);
+    const h = ex.held_out;
+    box.append(el("h3", {}, "The same held-out problems, answered (greedy) at each evaluation"));
+    if (!h.problems.length) box.append(el("p", {}, "No held_out.jsonl in this run (it needs eval_steps and a task)."));
+    else {
+      const grid = el("table", { id: "held-out-table" }, el("tr", {}, el("th", {}, "problem"),
+        ...h.steps.map(s => el("th", {}, `step ${s}`))));
+      for (const p of h.problems) {
+        const prompt = typeof p.prompt === "string" ? p.prompt : JSON.stringify(p.prompt);
+        grid.append(el("tr", {}, el("td", { class: "text" }, `${prompt.slice(-80)} (gold ${p.answer})`),
+          ...h.steps.map(s => { const a = p.by_step[s];
+            return el("td", { class: "text " + (a ? (a.correct ? "right" : "wrong") : "") }, a ? a.greedy : "–"); })));
+      }
+      box.append(grid);
+    }
   };
   const picker = runPicker(draw, r => r.steps > 0);
   view.append(el("div", {}, "run ", picker), box);

@@ -55,6 +55,7 @@ def site(tiny_dir, tmp_path_factory):
                           max_completion_length=8, learning_rate=1e-2, progress_bar=False, report_to=["jsonl"],
                           log_completions_steps=0, log_groups_steps=2, seed=0)
         GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], args=args, train_dataset=prompts).train()
+        shutil.copytree(root / "tiny", root / "tiny_copy")  # a second run to overlay
     cfg = DashboardConfig(runs_root=str(root), playground_dir=str(tmp / "playground"), playground_max_steps=20)
     server = Server(build_app(cfg))
     yield server.start()
@@ -164,3 +165,17 @@ def test_a_playground_run_streams_its_curve_and_can_be_cancelled(driver, site, s
     driver.find_element("id", "pg-cancel").click()
     wait_for(lambda: status.get_attribute("data-state") == "cancelled", what="cancelled")
     assert not console_errors(driver)
+
+
+def test_runs_ticked_together_are_overlaid(driver, site):
+    if os.environ.get("AHA_DASHBOARD_ROOT"):
+        pytest.skip("needs the two runs these tests write")
+    open_page(driver, site, "runs")
+    for box in driver.find_elements("css selector", "#runs-table input[type=checkbox]"):
+        if box.is_selected() != (box.get_attribute("data-run") in ("tiny", "tiny_copy")):
+            box.click()
+    driver.find_element("id", "overlay").click()
+    wait_for(lambda: driver.execute_script("return document.body.dataset.ready") == "curves", what="curves")
+    charts = wait_for(lambda: driver.execute_script(
+        "return window.ahaCharts.map(c => [c.key, c.plot.series.length - 1])"), what="charts")
+    assert dict(charts)["reward/mean"] == 2 and dict(charts)["reward+eval"] == 4  # two runs, each its own series

@@ -130,11 +130,20 @@ def read_jsonl(path: Path, offset: int = 0) -> dict:
     return out
 
 
+SHOWN_DIGITS = 7
+"""Significant digits of a metric sent to the page (a chart needs fewer; the answer gets half as long)."""
+
+
+def _shown(v) -> float | None:
+    return float(f"{v:.{SHOWN_DIGITS}g}") if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
 def columns(rows: list[dict]) -> dict:
-    """Rows of {"step", key: value} -> {"step": [...], "series": {key: [...]}}, None where a row lacks the key."""
+    """Rows of {"step", key: value} -> {"step": [...], "series": {key: [...]}}, None where a row lacks the key;
+    values rounded to SHOWN_DIGITS significant digits."""
     keys = sorted({k for r in rows for k, v in r.items() if k != "step" and (v is None or isinstance(v, (int, float)))})
     steps = [r.get("step") for r in rows]
-    series = {k: [r.get(k) if isinstance(r.get(k), (int, float)) else None for r in rows] for k in keys}
+    series = {k: [_shown(r.get(k)) for r in rows] for k in keys}
     return {"step": steps, "series": series}
 
 

@@ -34,8 +34,8 @@ from ..rewards import (check_columns, check_not_all_null, completion_text, get_r
                        score_groups)
 from ..rollout import HFEngine, SamplingParams
 from .logprobs import completion_logprobs
-from .records import GROUPS_LOG, GroupRecorder
 from .loop import PromptSampler, StreamSampler, Trainer, build_optimizer, optimizer_step, seed_everything
+from .records import GROUPS_LOG, GroupRecorder
 
 TIME_FLOOR_S = 1e-9
 """Lower bound on a measured duration before dividing by it (a phase that did no work)."""

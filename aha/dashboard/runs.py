@@ -130,31 +130,24 @@ def read_jsonl(path: Path, offset: int = 0) -> dict:
     return out
 
 
-SHOWN_DIGITS = 7
-"""Significant digits of a metric sent to the page (a chart needs fewer; the answer gets half as long)."""
-
-
-def _shown(v) -> float | None:
-    return float(f"{v:.{SHOWN_DIGITS}g}") if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-
 def columns(rows: list[dict]) -> dict:
-    """Rows of {"step", key: value} -> {"step": [...], "series": {key: [...]}}, None where a row lacks the key;
-    values rounded to SHOWN_DIGITS significant digits."""
+    """Rows of {"step", key: value} -> {"step": [...], "series": {key: [...]}}, None where a row lacks the key."""
     keys = sorted({k for r in rows for k, v in r.items() if k != "step" and (v is None or isinstance(v, (int, float)))})
     steps = [r.get("step") for r in rows]
-    series = {k: [_shown(r.get(k)) for r in rows] for k in keys}
+    series = {k: [v if isinstance(v := r.get(k), (int, float)) and not isinstance(v, bool) else None for r in rows]
+              for k in keys}
     return {"step": steps, "series": series}
 
 
-def summary(run_id: str, run_dir: Path) -> dict:
-    """One line of the Runs page: config highlights, steps, last value of each headline metric."""
+def summary(run_id: str, run_dir: Path, read=read_jsonl) -> dict:
+    """One line of the Runs page: config highlights, steps, last value of each headline metric. `read(path,
+    offset)` reads the metrics (a MetricsCache's read shares the parse with the Curves page)."""
     cfg = read_config(run_dir)
     last: dict = {}
     steps = 0
     metrics = run_dir / METRICS
     if metrics.is_file():
-        got = read_jsonl(metrics)
+        got = read(metrics, 0)
         for row in got["rows"]:
             steps = max(steps, row.get("step", 0) if isinstance(row.get("step"), int) else 0)
             last.update({k: row[k] for k in HEADLINE_KEYS if isinstance(row.get(k), (int, float))})

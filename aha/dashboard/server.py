@@ -74,7 +74,7 @@ class Api:
         self.index, self.cache = GroupIndex(), MetricsCache()
 
     async def runs(self, request: Request):
-        return JSONResponse({"runs": [summary(i, p) for i, p in self.registry.runs().items()]})
+        return JSONResponse({"runs": [summary(i, p, self.cache.read) for i, p in self.registry.runs().items()]})
 
     async def metrics(self, request: Request):
         """?run=ID&offset=BYTES: the metric rows written since `offset`, as columns, with bad or partial lines."""

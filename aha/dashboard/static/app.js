@@ -53,6 +53,7 @@ function chart(parent, key, title, xs, series, opts = {}) {
 function aligned(runIds, key) {
   // one x axis for several runs' series of `key` (uPlot.join aligns differing steps)
   const tables = runIds.map(id => { const m = state.metrics[id]; return [m.step, m.series[key] || m.step.map(() => null)]; });
+  if (tables.length === 1) return { xs: tables[0][0], values: [tables[0][1]] };
   const joined = uPlot.join(tables);
   return { xs: joined[0], values: joined.slice(1) };
 }

@@ -179,3 +179,14 @@ def test_runs_ticked_together_are_overlaid(driver, site):
     charts = wait_for(lambda: driver.execute_script(
         "return window.ahaCharts.map(c => [c.key, c.plot.series.length - 1])"), what="charts")
     assert dict(charts)["reward/mean"] == 2 and dict(charts)["reward+eval"] == 4  # two runs, each its own series
+
+
+def test_a_missing_browser_fails_in_ci_and_skips_elsewhere(monkeypatch):
+    import sys
+    monkeypatch.setattr(sys.modules[__name__], "CHROMIUM", None)
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="CI needs the browser tests: no chromium"):
+        _need_browser()
+    monkeypatch.setenv("CI", "false")
+    with pytest.raises(pytest.skip.Exception, match="apt-get install chromium chromium-driver"):
+        _need_browser()

@@ -18,6 +18,8 @@ from aha import algos
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 PAGES = ("runs", "curves", "groups", "aha", "learn")
 WAIT_S = 20
+ROOT: dict = {}
+"""The runs directory being served (set by the `site` fixture)."""
 
 
 def digit_share(prompts, completions, **kw):
@@ -56,6 +58,7 @@ def site(tiny_dir, tmp_path_factory):
                           log_completions_steps=0, log_groups_steps=2, seed=0)
         GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], args=args, train_dataset=prompts).train()
         shutil.copytree(root / "tiny", root / "tiny_copy")  # a second run to overlay
+    ROOT["path"] = Path(root)
     cfg = DashboardConfig(runs_root=str(root), playground_dir=str(tmp / "playground"), playground_max_steps=20)
     server = Server(build_app(cfg))
     yield server.start()
@@ -96,7 +99,8 @@ def wait_for(fn, timeout=WAIT_S, what="condition"):
 def open_page(driver, site, name):
     driver.get(f"{site}/#{name}")
     driver.refresh()  # the same document with another hash: load it afresh so its console log is its own
-    wait_for(lambda: driver.execute_script("return document.body.dataset.ready") == name, what=f"page {name}")
+    page = name.split("?")[0]
+    wait_for(lambda: driver.execute_script("return document.body.dataset.ready") == page, what=f"page {name}")
 
 
 def console_errors(driver):
@@ -190,3 +194,24 @@ def test_a_missing_browser_fails_in_ci_and_skips_elsewhere(monkeypatch):
     monkeypatch.setenv("CI", "false")
     with pytest.raises(pytest.skip.Exception, match="apt-get install chromium chromium-driver"):
         _need_browser()
+
+
+def test_curves_follow_a_run_being_written_and_show_a_half_written_line(driver, site):
+    if os.environ.get("AHA_DASHBOARD_ROOT"):
+        pytest.skip("writes a run of its own into the served directory")
+    import json
+    run = ROOT["path"] / "live"
+    run.mkdir()
+    metrics = run / "metrics.jsonl"
+    metrics.write_text("".join(json.dumps({"step": s, "reward/mean": s / 10}) + "\n" for s in (1, 2)))
+    open_page(driver, site, "curves?runs=live")
+    points = lambda: driver.execute_script(  # noqa: E731
+        "const c = window.ahaCharts.find(c => c.key === 'reward/mean'); return c ? c.plot.data[0].length : 0")
+    wait_for(lambda: points() == 2, what="2 points")
+    with open(metrics, "a") as f:
+        f.write('{"step": 3, "reward/me')  # the writer is mid-line
+    wait_for(lambda: driver.find_elements("css selector", ".partial-line"), what="the partial line shown")
+    with open(metrics, "a") as f:
+        f.write('an": 0.3}\n')
+    wait_for(lambda: points() == 3 and not driver.find_elements("css selector", ".partial-line"), what="3 points")
+    assert not console_errors(driver)

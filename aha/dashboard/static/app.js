@@ -73,8 +73,9 @@ async function pollMetrics(id) {
   for (const key of Object.keys(got.series)) if (!(key in m.series)) m.series[key] = m.step.map(() => null);
   m.step.push(...got.step);
   for (const key of Object.keys(m.series)) m.series[key].push(...(got.series[key] || got.step.map(() => null)));
+  const noteChanged = JSON.stringify(m.partial) !== JSON.stringify(got.partial) || got.bad.length > 0;
   m.offset = got.offset; m.partial = got.partial; m.bad.push(...got.bad);
-  return m.step.length !== before || got.reset;
+  return m.step.length !== before || got.reset || noteChanged;
 }
 function fileNotes(parent, id) {
   const m = state.metrics[id];

@@ -104,10 +104,10 @@ def run_dashboard(cfg: config.DashboardConfig) -> dict:
     import uvicorn
 
     from .dashboard import build_app
-    app = build_app(cfg)
-    print(f"aha dashboard: http://{cfg.host}:{cfg.port}  (Ctrl-C stops it)", flush=True)
+    app, url = build_app(cfg), f"http://{cfg.host}:{cfg.port}"
+    print(f"aha dashboard: {url}  (Ctrl-C stops it)", flush=True)
     uvicorn.run(app, host=cfg.host, port=cfg.port, log_level="warning")
-    return {}
+    return {"url": url, "stopped": True}
 
 
 class Stage(NamedTuple):

@@ -142,6 +142,8 @@ def test_a_reward_slider_shows_exactly_what_aha_algos_returns(driver, site):
             wait_for(lambda: driver.execute_script(f"const c = document.querySelector('{cell}'); return c && "
                                                    f"Math.abs(+c.textContent - {want[i]}) < 1e-4"),
                      what=f"{name} advantage {i} = {want[i]:.4f}")
+            shown = driver.find_element("css selector", cell).get_attribute("data-value")
+            assert float(shown) == round(want[i], 6)  # the server's number (6 decimals), not one the page made
 
 
 def test_clicking_a_token_shows_its_ratio(driver, site):

@@ -276,7 +276,8 @@ function advantagePanel() {
     const table = el("table", { id: "adv-table" }, el("tr", {}, el("th", {}, "answer"), el("th", {}, "reward"),
       ...names.map(n => el("th", {}, n))));
     rewards.forEach((s, i) => table.append(el("tr", {}, el("td", {}, i + 1), el("td", {}, s.value),
-      ...names.map(n => el("td", { "data-est": n, "data-i": i }, fmt(data.advantages[n][i]))))));
+      ...names.map(n => el("td", { "data-est": n, "data-i": i, "data-value": data.advantages[n][i] },
+        fmt(data.advantages[n][i]))))));
     out.replaceChildren(el("p", {}, `group mean ${fmt(data.mean)}, std ${fmt(data.std)} (n-1), ε = ${data.eps}`), table);
   };
   update();

@@ -135,7 +135,7 @@ def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor
                 epsilon: float = 0.2, epsilon_high: float | None = None,
                 level: str = "token", delta: float | None = None
                 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """PPO clipped surrogate per token, [N,T], and clip indicators for metrics.
+    """PPO clipped surrogate per token, [N,T], and clip indicators and ratios for metrics and records.
 
     The ratio is pi/pi_old per token or per sequence (`level`, a RATIOS entry). Clip range is
     [1-epsilon, 1+epsilon_high] (clip-higher, DAPO); `delta` additionally caps the unclipped ratio from
@@ -155,6 +155,7 @@ def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor
     stats = {
         "clip/low": ((ratio < 1 - epsilon) & (adv < 0)).to(logp.dtype),   # [N,T]
         "clip/high": ((ratio > 1 + eps_high) & (adv > 0)).to(logp.dtype),  # [N,T]
+        "ratio": ratio.detach(),                                      # [N,T] what the surrogate used
     }
     return loss, stats
 

@@ -8,8 +8,8 @@ import sys
 
 
 def _normalise(argv: list[str], positional: str | None = None) -> list[str]:
-    """`--key value` and `--key=value` become `key=value`; a bare word fills `positional`."""
-    out, i = [], 0
+    """`--key value` and `--key=value` become `key=value`; bare words fill `positional` (several: a list)."""
+    out, bare, i = [], [], 0
     while i < len(argv):
         arg = argv[i]
         if arg.startswith("--") and arg not in ("--help", "-h"):
@@ -22,11 +22,12 @@ def _normalise(argv: list[str], positional: str | None = None) -> list[str]:
             else:
                 out.append(f"{key}=true")
         elif positional and "=" not in arg and not arg.endswith((".yaml", ".yml")):
-            out.append(f"{positional}={arg}")
-            positional = None
+            bare.append(arg)
         else:
             out.append(arg)
         i += 1
+    if bare:
+        out.append(f"{positional}={bare[0] if len(bare) == 1 else json.dumps(bare)}")
     return out
 
 
@@ -99,7 +100,7 @@ def _stage_command(name: str):
     return run
 
 
-CLI_STAGES = ("demo", "train", "sft", "eval", "sample")
+CLI_STAGES = ("demo", "train", "sft", "eval", "sample", "dashboard")
 """Stages with a command of their own (the rest of aha.stages.STAGES run inside recipes)."""
 COMMANDS = {**{name: _stage_command(name) for name in CLI_STAGES}, "recipe": cmd_recipe, "models": cmd_models,
             "plot": cmd_plot, "examples": cmd_examples}
@@ -115,6 +116,7 @@ commands:
   models   offline model zoo             (aha models get smollm2-135m-instruct)
   plot     every metric of a run         (aha plot runs/grpo -> runs/grpo/metrics.png)
   examples the example configs           (aha examples DIR copies them to DIR)
+  dashboard local web app of runs        (aha dashboard [RUN_DIR ...]; default: every run under runs/)
 """
 
 

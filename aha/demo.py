@@ -98,4 +98,7 @@ def report(out: Path, before: dict, after: dict, n_test: int, cfg: DemoConfig, g
              f"{'' if is_gain(gain_ci) else ' (inside the noise: not a gain)'}\n")
     (out / "results.md").write_text(table)
     print("\n" + table)
+    root = "" if out.parent == Path("runs") else f" runs_root={out.parent}"
+    print(f"See the run (curves, groups token by token, the aha tracker, Learn GRPO): aha dashboard{root}\n"
+          "then open http://127.0.0.1:8765")
     return summary

@@ -110,11 +110,23 @@ def evaluate(model, tokenizer, task: Task, rows: list[dict], k: list[int] = (1,)
     return summary, records
 
 
+HELD_OUT_SHOWN = 8
+"""Held-out problems whose greedy answers an in-training evaluation keeps (`eval_fn.answers`), the same ones
+every time, so successive evaluations can be read side by side (held_out.jsonl, the dashboard's aha tracker)."""
+ANSWER_CHARS = 400
+"""Longest answer text kept."""
+
+
 def make_eval_fn(task: Task, rows: list[dict], max_new_tokens: int | None = None, batch_size: int = 256):
-    """Greedy held-out accuracy as a trainer hook: (model, tokenizer) -> metrics."""
+    """Greedy held-out accuracy as a trainer hook: (model, tokenizer) -> metrics. After each call,
+    `eval_fn.answers` holds the greedy answers to the first HELD_OUT_SHOWN problems."""
     def eval_fn(model, tokenizer) -> dict:
-        summary, _ = evaluate(model, tokenizer, task, rows, max_new_tokens=max_new_tokens, batch_size=batch_size)
+        summary, records = evaluate(model, tokenizer, task, rows, max_new_tokens=max_new_tokens, batch_size=batch_size)
+        eval_fn.answers = [{"id": r["id"], "prompt": r["prompt"], "answer": r["answer"],
+                            "greedy": r["greedy"][:ANSWER_CHARS], "correct": bool(r["greedy_correct"])}
+                           for r in records[:HELD_OUT_SHOWN]]
         return {k: summary[k] for k in ("accuracy", "format_frac", "len_mean") if k in summary}
+    eval_fn.answers = []
     return eval_fn
 
 

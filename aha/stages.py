@@ -43,6 +43,9 @@ def run_grpo(cfg: config.GRPOConfig) -> dict:
         raise ValueError("GRPO needs reward functions: set `reward_funcs` or `task`")
     eval_fn = _eval_hook(task, cfg) if cfg.eval_steps else None
     trainer = GRPOTrainer(model=cfg.model, reward_funcs=rewards, args=cfg, train_dataset=data, eval_fn=eval_fn)
+    if cfg.dashboard:  # served from a daemon thread: it ends with the process
+        from .dashboard import serve_in_background
+        print(f"aha dashboard: {serve_in_background(cfg.output_dir, cfg.dashboard_port)}", flush=True)
     metrics = trainer.train()
     trainer.save_model()
     if cfg.push_to_hub:
@@ -96,6 +99,17 @@ def run_demo(cfg: config.DemoConfig) -> dict:
     return run(cfg)
 
 
+def run_dashboard(cfg: config.DashboardConfig) -> dict:
+    """Serve the dashboard until interrupted (Ctrl-C)."""
+    import uvicorn
+
+    from .dashboard import build_app
+    app, url = build_app(cfg), f"http://{cfg.host}:{cfg.port}"
+    print(f"aha dashboard: {url}  (Ctrl-C stops it)", flush=True)
+    uvicorn.run(app, host=cfg.host, port=cfg.port, log_level="warning")
+    return {"url": url, "stopped": True}
+
+
 class Stage(NamedTuple):
     config: type
     run: Callable[..., dict]
@@ -115,6 +129,7 @@ STAGES: dict[str, Stage] = {
     "eval": Stage(config.EvalConfig, run_eval, "accuracy, pass@k, maj@k", positional="model"),
     "sample": Stage(config.SampleConfig, run_sample, "rejection sampling to JSONL"),
     "tiny": Stage(config.TinyConfig, run_tiny, "a tiny model built in code", makes_model=True),
+    "dashboard": Stage(config.DashboardConfig, run_dashboard, "the local web dashboard of runs", positional="runs"),
 }
 """Stage name -> its config class and runner: the command line and the recipe dispatch through this table."""
 

@@ -26,4 +26,14 @@ if ! command -v bwrap >/dev/null 2>&1; then
     echo "[setup] bubblewrap not found (install it: apt-get install bubblewrap); code rewards will use the fallback sandbox" >&2
   fi
 fi
+# Debian's chromium and its driver run the dashboard's browser tests (Selenium); without them those tests are
+# skipped, except in CI (CI=true), where a missing browser fails them.
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    (apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null) \
+      || echo "[setup] could not install chromium; the dashboard browser tests will be skipped" >&2
+  else
+    echo "[setup] chromium not found (install it: apt-get install chromium chromium-driver); the dashboard browser tests will be skipped" >&2
+  fi
+fi
 echo "$want" > "$stamp"

@@ -5,7 +5,7 @@ import json
 from aha.cli import main
 
 
-def test_demo_writes_summary_plot_table_and_models(tmp_path):
+def test_demo_writes_summary_plot_table_and_models(tmp_path, capsys):
     out = tmp_path / "demo"
     assert main(["demo", f"output_dir={out}", "size=tiny", "sft_examples=64", "sft_steps=3", "sft_batch=8",
                  "grpo_steps=2", "prompts_per_step=2", "num_generations=2", "eval_problems=8", "eval_every=1",
@@ -19,6 +19,11 @@ def test_demo_writes_summary_plot_table_and_models(tmp_path):
     assert (out / "grpo" / "model" / "config.json").is_file() and (out / "sft" / "model" / "model.safetensors").is_file()
     steps = [json.loads(line)["step"] for line in (out / "grpo" / "metrics.jsonl").read_text().splitlines()]
     assert steps[0] == 0 and steps[-1] == 2  # step 0 is the held-out accuracy before GRPO
+    assert "behaviour/reflection_rate" in (out / "grpo" / "metrics.jsonl").read_text()
+    held = [json.loads(line) for line in (out / "grpo" / "held_out.jsonl").read_text().splitlines()]
+    by_step = {s: [r["id"] for r in held if r["step"] == s] for s in (0, 1, 2)}
+    assert len(by_step[0]) == 4 and by_step[0] == by_step[1] == by_step[2]  # the same problems at every evaluation
+    assert f"aha dashboard runs_root={tmp_path}" in capsys.readouterr().out  # it ends by saying how to look
 
 
 def test_aha_plot_draws_every_metric_of_a_run(tmp_path):

@@ -35,7 +35,8 @@ def test_smoke_trains_and_every_metric_is_finite(tiny_dir, tmp_path):
     metrics = t.train()
     after = params(t.model)
     assert any(not torch.equal(before[n], after[n]) for n in before)
-    bad = {k: v for k, v in metrics.items() if not math.isfinite(v)}
+    # behaviour/* are NaN when their split is empty (no correct completion; prompts with no words): test_behaviour
+    bad = {k: v for k, v in metrics.items() if not math.isfinite(v) and not k.startswith("behaviour/")}
     assert not bad, bad
     for key in ("reward/mean", "reward/std", "reward/digit_share/mean", "reward/zero_std_frac", "kl", "entropy",
                 "clip/low", "clip/high", "completion/len_mean", "completion/len_min", "completion/len_max",

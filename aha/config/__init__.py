@@ -1,8 +1,8 @@
 """Configs: every stage's flat dataclass (schema.py) and reading them from YAML and `key=value` (parse.py)."""
 
 from .parse import ConfigError, field_docs, from_dict, help_text, parse_args, save_config
-from .schema import (DemoConfig, EvalConfig, GenerationConfig, GRPOConfig, SampleConfig, SFTConfig, TinyConfig,
+from .schema import (DashboardConfig, DemoConfig, EvalConfig, GenerationConfig, GRPOConfig, SampleConfig, SFTConfig, TinyConfig,
                      TrainConfig)
 
-__all__ = ["ConfigError", "field_docs", "from_dict", "help_text", "parse_args", "save_config", "DemoConfig",
+__all__ = ["ConfigError", "field_docs", "from_dict", "help_text", "parse_args", "save_config", "DashboardConfig", "DemoConfig",
            "EvalConfig", "GenerationConfig", "GRPOConfig", "SampleConfig", "SFTConfig", "TinyConfig", "TrainConfig"]

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
+from ..behaviour import DEFAULT_REFLECTION_PHRASES
 from .parse import ConfigError, checked
 
 DType = Literal["float32", "bfloat16", "float16", "auto"]
@@ -238,6 +239,23 @@ class GRPOConfig(TrainConfig):
     reward_timeout: float = 300.0
     """Wall-clock seconds each reward function call may take; past it, that call's rewards are excluded and
     counted in reward/call_timeouts (the run goes on)."""
+    reflection_phrases: list[str] = field(default_factory=lambda: list(DEFAULT_REFLECTION_PHRASES))
+    """Phrases counted as reflection in behaviour/reflection_rate (case-insensitive, whole words)."""
+    correct_reward: Optional[str] = None
+    """Reward function whose value decides "correct" for the behaviour/ metrics (None: the first one)."""
+    correct_threshold: float = 1.0
+    """A completion is correct when correct_reward gives at least this."""
+    log_groups_steps: int = 10
+    """Write whole groups with per-token log-prob, ratio, clip, KL and loss share to groups.jsonl every this
+    many steps (0: never)."""
+    log_groups_max: int = 2
+    """Most groups written per logged step (the first ones of the batch)."""
+    log_groups_max_mb: float = 50.0
+    """Size cap of groups.jsonl in MB; once reached, no more groups are written (a warning says so)."""
+    dashboard: bool = False
+    """`aha train`: serve this run on the local dashboard while it trains (from Python: aha.dashboard.serve_in_background)."""
+    dashboard_port: int = 8765
+    """Port of the dashboard served with dashboard=true (on 127.0.0.1)."""
     dynamic_sampling: bool = False
     """DAPO's dynamic sampling: drop groups whose rewards have no spread and sample more until the batch is full."""
     dynamic_sampling_max_rounds: int = 4
@@ -265,15 +283,9 @@ class GRPOConfig(TrainConfig):
 
     def __post_init__(self):
         super().__post_init__()
+        self._check_distributed()
         require_all(self, {
             "dynamic_sampling_max_rounds": (non_negative, ">= 0"),
-            "num_rollout_workers": (non_negative, ">= 0"),
-            "num_reward_workers": (non_negative, ">= 0"),
-            "num_learners": (at_least_one, ">= 1"),
-            "max_staleness": (non_negative, ">= 0"),
-            "off_policy_is_cap": (lambda v: v >= 1, ">= 1"),
-            "dist_timeout": (positive, "> 0 seconds"),
-            "max_worker_restarts": (non_negative, ">= 0"),
             "max_steps": (at_least_one, ">= 1"),
             "num_generations": (lambda v: v >= 2, ">= 2 for group-relative advantages"),
             "max_completion_length": (at_least_one, ">= 1"),
@@ -295,6 +307,11 @@ class GRPOConfig(TrainConfig):
             "ref_model_sync_steps": (at_least_one, ">= 1"),
             "ref_model_mixup_alpha": (lambda v: 0 <= v <= 1, "in [0, 1]"),
             "top_entropy_quantile": (lambda v: 0 <= v <= 1, "in [0, 1]"),
+            "correct_threshold": (math.isfinite, "a finite number"),
+            "log_groups_steps": (non_negative, ">= 0 (0: never)"),
+            "log_groups_max": (at_least_one, ">= 1"),
+            "log_groups_max_mb": (finite(positive), "> 0"),
+            "dashboard_port": (lambda v: 0 <= v < 65536, "in [0, 65535] (0: any free port)"),
         })
         G, micro, accum = self.num_generations, self.per_device_train_batch_size, self.gradient_accumulation_steps
         if self.generation_batch_size is None:
@@ -313,14 +330,25 @@ class GRPOConfig(TrainConfig):
                               f"{len(self.reward_funcs)} reward_funcs")
         if self.sync_ref_model and self.beta == 0:
             raise ConfigError("sync_ref_model needs a reference model: set beta > 0")
-        if self.max_staleness and not self.num_rollout_workers:
-            raise ConfigError(f"max_staleness={self.max_staleness} overlaps generation with training, which needs "
-                              "rollout workers: set num_rollout_workers >= 1 (or max_staleness=0)")
         from .. import algos  # unknown names fail here, before any model is loaded
         algos.get_advantage(self.advantage_estimator)
         algos.get_aggregation(self.loss_type)
         algos.get_kl(self.kl_estimator)
         algos.get_ratio(self.importance_sampling_level)
+
+    def _check_distributed(self) -> None:
+        require_all(self, {
+            "num_rollout_workers": (non_negative, ">= 0"),
+            "num_reward_workers": (non_negative, ">= 0"),
+            "num_learners": (at_least_one, ">= 1"),
+            "max_staleness": (non_negative, ">= 0"),
+            "off_policy_is_cap": (lambda v: v >= 1, ">= 1"),
+            "dist_timeout": (positive, "> 0 seconds"),
+            "max_worker_restarts": (non_negative, ">= 0"),
+        })
+        if self.max_staleness and not self.num_rollout_workers:
+            raise ConfigError(f"max_staleness={self.max_staleness} overlaps generation with training, which needs "
+                              "rollout workers: set num_rollout_workers >= 1 (or max_staleness=0)")
 
     @property
     def distributed(self) -> bool:
@@ -523,3 +551,32 @@ class DemoConfig:
     """Held-out problems used for the in-training curve."""
     progress_bar: bool = True
     """Show progress bars."""
+
+
+@checked
+@dataclass
+class DashboardConfig:
+    """The local web dashboard: runs, curves, group records, the aha tracker and the Learn GRPO explainer."""
+
+    runs: list[str] = field(default_factory=list)
+    """Run directories to show (default: every run found under runs_root)."""
+    runs_root: str = "runs"
+    """Where runs are looked for when `runs` is empty (three levels deep)."""
+    host: str = "127.0.0.1"
+    """Address to bind; the default serves this machine only."""
+    port: int = 8765
+    """Port to serve on (0: any free port)."""
+    playground_dir: Optional[str] = None
+    """Where playground runs are written (default: runs_root/playground)."""
+    playground_model: Optional[str] = None
+    """Model the playground trains (default: the demo's SFT model runs_root/demo/sft/model when it exists, else a
+    tiny model built in code)."""
+    playground_max_steps: int = 30
+    """Most steps a playground run may ask for."""
+    playground_time_s: float = 300.0
+    """Wall-clock cap of one playground run; past it the run is killed."""
+
+    def __post_init__(self):
+        require_all(self, {"port": (lambda v: 0 <= v < 65536, "in [0, 65535]"),
+                           "playground_max_steps": (at_least_one, ">= 1"),
+                           "playground_time_s": (finite(positive), "> 0 seconds")})

@@ -12,6 +12,7 @@ from .base import Reward, completion_text
 from .code_tests import CodeReward, code_reward, extract_program, parse_tests
 from .countdown import CountdownReward, countdown_reward, countdown_value
 from .format import FormatGated, FormatReward, format_ok, format_reward
+from .language import LanguageConsistencyReward, language_consistency_reward
 from .length import LengthPenalty, SoftOverlongReward, length_penalty_reward, soft_overlong_reward
 from .maths import MathReward, answers_equal, extract_answer, math_reward
 from .sandbox import Limits, SandboxResult, isolation, run_tests
@@ -25,6 +26,7 @@ REWARDS: dict[str, type | Callable] = {
     "code": CodeReward,
     "soft_overlong": SoftOverlongReward,
     "length_penalty": LengthPenalty,
+    "language_consistency": LanguageConsistencyReward,
 }
 
 
@@ -47,6 +49,7 @@ __all__ = [
     "FormatReward", "FormatGated", "format_reward", "format_ok",
     "CountdownReward", "countdown_reward", "countdown_value",
     "SoftOverlongReward", "LengthPenalty", "soft_overlong_reward", "length_penalty_reward",
+    "LanguageConsistencyReward", "language_consistency_reward",
     "CodeReward", "code_reward", "extract_program", "parse_tests",
     "Limits", "SandboxResult", "isolation", "run_tests",
 ]

@@ -21,15 +21,17 @@ import torch
 from torch import Tensor
 
 from .. import algos
+from ..behaviour import behaviour_metrics
 from ..config import GRPOConfig
 from ..data import check_row, encode_prompt, is_stream, load_rows
 from ..metrics import append_jsonl
 from ..models import context_length, setup_model
-from ..rewards import (check_columns, check_not_all_null, get_reward, last_failure, merge_reward_metrics, reward_name,
-                       score_groups)
+from ..rewards import (check_columns, check_not_all_null, completion_text, get_reward, last_failure,
+                       merge_reward_metrics, reward_name, score_groups)
 from ..rollout import HFEngine, SamplingParams
 from .learner import GRPOBatch, Learner, LossSums
 from .loop import PromptSampler, StreamSampler, Trainer, seed_everything
+from .records import GROUPS_LOG, GroupRecorder
 
 __all__ = ["GRPOTrainer", "GRPOBatch", "LossSums", "Learner"]
 
@@ -94,7 +96,7 @@ class GRPOTrainer(Trainer):
 
     headline = {"reward": ("reward/mean", "{:.3f}"), "len": ("completion/len_mean", "{:.0f}"),
                 "acc": ("eval/accuracy", "{:.2f}"), "s/step": ("perf/step_s", "{:.2f}")}
-    step_logs = (COMPLETIONS_LOG,)
+    step_logs = Trainer.step_logs + (COMPLETIONS_LOG, GROUPS_LOG)
 
     def __init__(self, model, reward_funcs, args: GRPOConfig | None = None, train_dataset=None,
                  eval_dataset=None, processing_class=None, callbacks=None, peft_config=None,
@@ -145,6 +147,9 @@ class GRPOTrainer(Trainer):
         """The latest step's rollouts, for logging completions."""
         self.fail_streak = {reward_name(f): 0 for f in self.reward_funcs}
         """Consecutive steps on which each reward function raised or timed out."""
+        self.recorder = GroupRecorder(self.run_dir, args.log_groups_steps, args.log_groups_max,
+                                      args.log_groups_max_mb, args.num_generations)
+        self.learner.recorder = self.recorder  # groups.jsonl takes the update's own per-token values
         self.pipeline = None
         """With args.distributed: the Ray layer (rollout workers, reward workers, learners, scheduler)."""
         if args.distributed:
@@ -205,6 +210,7 @@ class GRPOTrainer(Trainer):
             "perf/gen_tokens_per_s": lengths.sum().item() / max(t_gen, TIME_FLOOR_S),
             "perf/train_tokens_per_s": sums.processed / max(t2 - t1, TIME_FLOOR_S) if sums.processed else math.nan,
         })
+        metrics.update(self._behaviour(batch, lengths))
         self.last_batch = batch
         return metrics
 
@@ -343,12 +349,26 @@ class GRPOTrainer(Trainer):
         total = (torch.where(finite, rpf, torch.zeros_like(rpf)) * self.reward_weights).sum(-1)  # [N]
         return torch.where(finite.any(-1), total, torch.full_like(total, float("nan")))  # [N]
 
+    def _behaviour(self, batch: GRPOBatch, lengths: Tensor) -> dict[str, float]:
+        """behaviour/* metrics (aha.behaviour); correct = correct_reward's value >= correct_threshold."""
+        names = [reward_name(f) for f in self.reward_funcs]
+        name = self.args.correct_reward or names[0]
+        if name not in names:
+            raise ValueError(f"correct_reward {name!r} is not one of the reward functions {names}")
+        values = batch.rewards_per_func[:, names.index(name)].tolist()                # [N]
+        correct = [None if v != v else v >= self.args.correct_threshold for v in values]
+        return behaviour_metrics([completion_text(p) for p in batch.prompts], batch.texts,
+                                 [int(n) for n in lengths.tolist()], correct, self.args.reflection_phrases)
+
     # ------------------------------------------------------------------ logging
     def after_step(self, metrics, bar) -> None:
-        """Every log_completions_steps: the whole step's groups to completions.jsonl (prompt, gold answer when the
+        """Every log_groups_steps: the first groups with per-token values to groups.jsonl (train/records.py).
+        Every log_completions_steps: the whole step's groups to completions.jsonl (prompt, gold answer when the
         rows have one, each completion with its per-function rewards, total reward and advantage), and the first
         num_completions_to_print completions to the terminal."""
         n, b = self.args.log_completions_steps, self.last_batch
+        if b is not None:
+            self.recorder.write(self.step_count, b, self.tokenizer, [reward_name(f) for f in self.reward_funcs])
         if not n or self.step_count % n or b is None:
             return
         names, prompts, G = [reward_name(f) for f in self.reward_funcs], b.prompts, self.args.num_generations

@@ -119,6 +119,8 @@ class Learner:
         self.rank = dist.get_rank() if self.world > 1 else 0
         self.version = 0
         """GRPO steps applied to the weights: the version rollouts sampled with the current weights carry."""
+        self.recorder = None
+        """A train.records.GroupRecorder that keeps per-token values of the groups it wants, or None."""
 
     # ------------------------------------------------------------------ the update
     def update(self, batch: GRPOBatch) -> tuple[LossSums, dict[str, float]]:
@@ -219,12 +221,15 @@ class Learner:
             loss_tok = loss_tok * w
             off = LossSums(stale_tokens=float(stale_tok.sum()), is_weight=float(w[stale_tok].sum()),
                            is_clipped=float(capped.sum()), is_max=float(w[stale_tok].max()))
-        kl_sum = 0.0
+        kl_sum, kl = 0.0, None
         if ref is not None:
             kl = algos.kl_penalty(a.kl_estimator, logp, stack([ref[i] for i in ids]))  # [n,T]
             loss_tok = loss_tok + a.beta * kl                                         # [n,T]
             kl_sum = float((kl.detach() * mask).sum())
         loss = algos.aggregate(a.loss_type, loss_tok, mask, **denom)
+        if self.recorder is not None and self.recorder.wants(self.version + 1):  # groups.jsonl: this update's values
+            self.recorder.capture(ids, logp, loss_tok, clip, kl, mask,
+                                  lambda t: algos.aggregate(a.loss_type, t, mask, **denom))
         loss.backward()
         return off + LossSums(loss=float(loss.detach()), tokens=float(mask.sum()), kl=kl_sum,
                               entropy=float((ent * mask).sum()), clip_low=float((clip["clip/low"] * mask).sum()),

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from ..config import TrainConfig, save_config
-from ..metrics import keep_steps_through, make_logger
+from ..metrics import append_jsonl, keep_steps_through, make_logger
 from ..fileio import DiskFullError, remove_directory
 from ..models import save_model
 from .callbacks import Callbacks
@@ -62,8 +62,11 @@ def check_writable(run_dir: Path) -> None:
         raise PermissionError(f"output_dir {run_dir} is not writable: {e.strerror or e}") from e
 
 
-RUN_FILES = ("config.yaml", "metrics.jsonl", "completions.jsonl", "tensorboard", "model")
+RUN_FILES = ("config.yaml", "metrics.jsonl", "completions.jsonl", "groups.jsonl", "held_out.jsonl", "tensorboard",
+             "model")
 """What a run writes into output_dir (besides checkpoint-N): their presence means an earlier run is there."""
+HELD_OUT_LOG = "held_out.jsonl"
+"""The greedy answers to the same few held-out problems at every evaluation (when the eval hook keeps them)."""
 CHECKPOINT_NAME = re.compile(r"^\.?checkpoint-\d+(\.tmp|\.old)?$")
 
 
@@ -235,7 +238,7 @@ class Trainer(abc.ABC):
     args: TrainConfig
     headline: dict[str, tuple[str, str]] = {"loss": ("loss", "{:.3f}")}
     """Progress-bar label -> (metric, format)."""
-    step_logs: tuple[str, ...] = ()
+    step_logs: tuple[str, ...] = (HELD_OUT_LOG,)
     """JSONL files in the run directory with a step column, cut back to the checkpoint on resume."""
 
     def __init__(self, args: TrainConfig, eval_fn: Callable[[object, object], dict] | None,
@@ -346,6 +349,9 @@ class Trainer(abc.ABC):
 
     def _evaluate(self) -> dict[str, float]:
         metrics = {f"eval/{k}": v for k, v in self.eval_fn(self.model, self.tokenizer).items()}
+        answers = getattr(self.eval_fn, "answers", None)
+        if answers:  # the same held-out problems at every evaluation, for reading them side by side
+            append_jsonl(self.run_dir / HELD_OUT_LOG, [{"step": self.step_count, **a} for a in answers])
         self.callbacks.fire("on_evaluate", self.step_count, self.model, metrics=metrics)
         return metrics
 

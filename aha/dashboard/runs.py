@@ -1,0 +1,258 @@
+"""What the dashboard reads from run directories, read-only and defensively: a run being written, a torn last
+line or a file that is not JSON is reported as such, never raised.
+
+Runs are known by an id (a name, not a path); files are served only from inside a known run's directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+from pathlib import Path
+
+import yaml
+
+METRICS = "metrics.jsonl"
+GROUPS = "groups.jsonl"
+HELD_OUT = "held_out.jsonl"
+RUN_MARKERS = ("metrics.jsonl", "config.yaml", "demo_config.yaml")
+"""A directory holding one of these is a run."""
+SEARCH_DEPTH = 3
+"""How deep under the runs root runs are looked for (runs/demo/grpo is depth 2)."""
+SHOWN_CHARS = 200
+"""How much of a bad or partial line is shown."""
+HEADLINE_KEYS = ("reward/mean", "eval/accuracy", "completion/len_mean", "behaviour/reflection_rate", "perf/step_s")
+CONFIG_KEYS = ("model", "task", "num_generations", "learning_rate", "beta", "epsilon", "loss_type",
+               "advantage_estimator", "max_steps")
+_STEP_PREFIX = re.compile(rb'^\{"step": (\d+)')
+
+
+class RunRegistry:
+    """Run id -> directory. Fixed directories, or every run found under a root (looked up again on each list)."""
+
+    def __init__(self, dirs: list[str | Path] | None = None, root: str | Path = "runs"):
+        self.fixed = [Path(d).resolve() for d in dirs or []]
+        self.root = Path(root).resolve()
+        self.extra: dict[str, Path] = {}
+        """Runs added while serving (playground runs)."""
+        self.lock = threading.Lock()
+
+    def runs(self) -> dict[str, Path]:
+        found: dict[str, Path] = {}
+        if self.fixed:
+            for d in self.fixed:
+                name, n = d.name, 1
+                while name in found:
+                    n += 1
+                    name = f"{d.name}-{n}"
+                found[name] = d
+        elif self.root.is_dir():
+            for d in sorted(_find_runs(self.root, SEARCH_DEPTH)):
+                found[d.relative_to(self.root).as_posix()] = d
+        with self.lock:
+            return {**found, **self.extra}
+
+    def add(self, run_id: str, path: Path) -> None:
+        with self.lock:
+            self.extra[run_id] = path.resolve()
+
+    def get(self, run_id: str) -> Path | None:
+        return self.runs().get(run_id)
+
+
+def _find_runs(root: Path, depth: int) -> list[Path]:
+    out = []
+    try:
+        children = [c for c in root.iterdir() if c.is_dir() and not c.name.startswith((".", "checkpoint-"))]
+    except OSError:
+        return out
+    for c in children:
+        if any((c / m).is_file() for m in RUN_MARKERS):
+            out.append(c)
+        if depth > 1 and c.name not in ("model", "tensorboard"):
+            out.extend(_find_runs(c, depth - 1))
+    return out
+
+
+def safe_file(run_dir: Path, rel: str) -> Path | None:
+    """`rel` inside `run_dir`, or None when it would leave it (.., an absolute path, a link out)."""
+    if not rel or "\x00" in rel or os.path.isabs(rel):
+        return None
+    target = (run_dir / rel).resolve()
+    return target if target.is_relative_to(run_dir.resolve()) and target.is_file() else None
+
+
+def read_config(run_dir: Path) -> dict:
+    """The run's saved config (config.yaml or demo_config.yaml); {"error": ...} when it cannot be read."""
+    for name in ("config.yaml", "demo_config.yaml"):
+        path = run_dir / name
+        if path.is_file():
+            try:
+                data = yaml.safe_load(path.read_text())
+                return data if isinstance(data, dict) else {"error": f"{name} is not a mapping"}
+            except (OSError, yaml.YAMLError, UnicodeDecodeError) as e:
+                return {"error": f"{name}: {e}"}
+    return {}
+
+
+def read_jsonl(path: Path, offset: int = 0) -> dict:
+    """Whole JSON lines of `path` from byte `offset`: {"rows", "offset" (where the next read starts), "bad"
+    (lines that are not a JSON object), "partial" (a last line with no newline yet: being written, or torn),
+    "reset" (the file shrank below `offset`, e.g. rewritten on resume: read again from 0)}."""
+    out: dict = {"rows": [], "offset": offset, "bad": [], "partial": None, "reset": False}
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            if offset > size:
+                out["reset"], offset = True, 0
+            f.seek(offset)
+            data = f.read()
+    except OSError as e:
+        out["error"] = f"{path.name}: {e.strerror or e}"
+        return out
+    end = data.rfind(b"\n") + 1
+    if end < len(data):
+        out["partial"] = {"bytes": len(data) - end, "text": data[end:end + SHOWN_CHARS].decode("utf-8", "replace")}
+    at = offset
+    for line in data[:end].split(b"\n")[:-1]:
+        try:
+            row = json.loads(line)
+            if not isinstance(row, dict):
+                raise ValueError("not an object")
+            out["rows"].append(row)
+        except ValueError:
+            if line.strip():
+                out["bad"].append({"at_byte": at, "text": line[:SHOWN_CHARS].decode("utf-8", "replace")})
+        at += len(line) + 1
+    out["offset"] = offset + end
+    return out
+
+
+def columns(rows: list[dict]) -> dict:
+    """Rows of {"step", key: value} -> {"step": [...], "series": {key: [...]}}, None where a row lacks the key."""
+    keys = sorted({k for r in rows for k, v in r.items() if k != "step" and (v is None or isinstance(v, (int, float)))})
+    steps = [r.get("step") for r in rows]
+    series = {k: [v if isinstance(v := r.get(k), (int, float)) and not isinstance(v, bool) else None for r in rows]
+              for k in keys}
+    return {"step": steps, "series": series}
+
+
+def summary(run_id: str, run_dir: Path, read=read_jsonl) -> dict:
+    """One line of the Runs page: config highlights, steps, last value of each headline metric. `read(path,
+    offset)` reads the metrics (a MetricsCache's read shares the parse with the Curves page)."""
+    cfg = read_config(run_dir)
+    last: dict = {}
+    steps = 0
+    metrics = run_dir / METRICS
+    if metrics.is_file():
+        got = read(metrics, 0)
+        for row in got["rows"]:
+            steps = max(steps, row.get("step", 0) if isinstance(row.get("step"), int) else 0)
+            last.update({k: row[k] for k in HEADLINE_KEYS if isinstance(row.get(k), (int, float))})
+        if got["bad"] or got["partial"]:
+            last["_note"] = f"{len(got['bad'])} bad line(s)" + (", a partial last line" if got["partial"] else "")
+    return {"id": run_id, "path": str(run_dir), "config": {k: cfg[k] for k in CONFIG_KEYS if k in cfg},
+            "config_error": cfg.get("error"), "steps": steps, "last": last,
+            "has_groups": (run_dir / GROUPS).is_file(), "files": _files(run_dir)}
+
+
+def _files(run_dir: Path) -> list[str]:
+    try:
+        return sorted(p.name for p in run_dir.iterdir() if p.is_file() and p.suffix in (".json", ".md", ".png", ".yaml"))
+    except OSError:
+        return []
+
+
+class GroupIndex:
+    """Step -> byte offsets of its lines in groups.jsonl, extended as the file grows (read only once)."""
+
+    def __init__(self):
+        self.cache: dict[Path, tuple[int, dict[int, list[int]]]] = {}
+        self.lock = threading.Lock()
+
+    def steps(self, path: Path) -> dict[int, list[int]]:
+        with self.lock:
+            done, index = self.cache.get(path, (0, {}))
+            try:
+                size = path.stat().st_size
+            except OSError:
+                return {}
+            if size < done:
+                done, index = 0, {}
+            with open(path, "rb") as f:
+                f.seek(done)
+                for line in f:
+                    if not line.endswith(b"\n"):
+                        break
+                    m = _STEP_PREFIX.match(line)
+                    if m:
+                        index.setdefault(int(m.group(1)), []).append(done)
+                    done += len(line)
+            self.cache[path] = (done, index)
+            return index
+
+    def groups(self, path: Path, step: int) -> list[dict]:
+        out = []
+        with open(path, "rb") as f:
+            for at in self.steps(path).get(step, []):
+                f.seek(at)
+                try:
+                    out.append(json.loads(f.readline()))
+                except ValueError:
+                    out.append({"error": f"line at byte {at} is not JSON"})
+        return out
+
+
+def reflection_by_step(path: Path, phrases: list[str], index: GroupIndex) -> list[dict]:
+    """For each recorded step: recorded completions, how many hold a reflection phrase, and the first one."""
+    from ..behaviour import phrase_pattern
+    pattern, out = phrase_pattern(phrases), []
+    if not path.is_file():
+        return out
+    for step in sorted(index.steps(path)):
+        texts = [c.get("text", "") for g in index.groups(path, step) for c in g.get("completions", [])]
+        hits = [t for t in texts if pattern.search(t)]
+        out.append({"step": step, "completions": len(texts), "reflective": len(hits),
+                    "example": hits[0][:SHOWN_CHARS] if hits else None})
+    return out
+
+
+class MetricsCache:
+    """The parsed rows of each metrics file up to the byte offset read so far, so that opening a long run again
+    parses only what was appended since (a file that shrank, rewritten on resume, is read afresh)."""
+
+    def __init__(self):
+        self.cache: dict[Path, tuple[int, list[dict], list[dict]]] = {}
+        self.lock = threading.Lock()
+
+    def read(self, path: Path, offset: int) -> dict:
+        """As read_jsonl(path, offset); served from the cache when `offset` is 0."""
+        if offset:
+            return read_jsonl(path, offset)
+        with self.lock:
+            done, rows, bad = self.cache.get(path, (0, [], []))
+            got = read_jsonl(path, done)
+            if got["reset"]:
+                done, rows, bad = 0, [], []
+                got = read_jsonl(path, 0)
+            rows, bad = rows + got["rows"], bad + got["bad"]
+            self.cache[path] = (got["offset"], rows, bad)
+            return {**got, "rows": rows, "bad": bad, "reset": False}
+
+
+def held_out_table(path: Path) -> dict:
+    """held_out.jsonl -> {"steps": [...], "problems": [{id, prompt, answer, by_step: {step: {greedy, correct}}}]},
+    the same problems answered at each evaluation, side by side."""
+    got = read_jsonl(path) if path.is_file() else {"rows": [], "bad": []}
+    steps, problems = set(), {}
+    for row in got["rows"]:
+        if not isinstance(row.get("step"), int):
+            continue
+        steps.add(row["step"])
+        key = str(row.get("id"))
+        entry = problems.setdefault(key, {"id": row.get("id"), "prompt": row.get("prompt"), "answer": row.get("answer"),
+                                          "by_step": {}})
+        entry["by_step"][str(row["step"])] = {"greedy": row.get("greedy"), "correct": row.get("correct")}
+    return {"steps": sorted(steps), "problems": list(problems.values()), "bad": got["bad"]}

@@ -1,0 +1,191 @@
+"""The dashboard's web server (Starlette, served by uvicorn): a JSON API over run directories and the
+Learn GRPO explainer, plus the static page.
+
+Safety: it binds 127.0.0.1 unless told otherwise; runs are addressed by id and files only inside a known
+run's directory; the only job a request can start is the bounded playground; a file that cannot be read is
+an error in the answer, never a crash of the server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from . import explain
+from .playground import Playground
+from ..behaviour import DEFAULT_REFLECTION_PHRASES
+from .runs import (GROUPS, HELD_OUT, METRICS, GroupIndex, MetricsCache, RunRegistry, columns, held_out_table, read_config, reflection_by_step,
+                   safe_file, summary)
+
+log = logging.getLogger("aha.dashboard")
+STATIC = Path(__file__).parent / "static"
+LOCALHOST = "127.0.0.1"
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+def _run(request: Request, registry: RunRegistry) -> tuple[str, Path] | JSONResponse:
+    run_id = request.query_params.get("run", "")
+    path = registry.get(run_id)
+    return (run_id, path) if path is not None else _error(404, f"no run {run_id!r}")
+
+
+def _int(request: Request, key: str, default: int) -> int:
+    try:
+        return max(0, int(request.query_params.get(key, default)))
+    except ValueError:
+        return default
+
+
+def _post(fn):
+    """A POST handler: the JSON body to `fn`, its dict back; explain.BadInput is a 400 with its message."""
+    async def handler(request: Request):
+        try:
+            body = await request.json()
+        except ValueError:
+            return _error(400, "the body must be JSON")
+        try:
+            return JSONResponse(fn(body if isinstance(body, dict) else {}))
+        except explain.BadInput as e:
+            return _error(400, str(e))
+    return handler
+
+
+async def _crash(request: Request, exc: Exception):
+    log.exception("dashboard: %s failed", request.url.path)
+    return _error(500, f"{type(exc).__name__}: {exc}")
+
+
+class Api:
+    """The GET handlers over the runs of `registry`."""
+
+    def __init__(self, registry: RunRegistry, playground: Playground):
+        self.registry, self.playground = registry, playground
+        self.index, self.cache = GroupIndex(), MetricsCache()
+
+    async def runs(self, request: Request):
+        return JSONResponse({"runs": [summary(i, p, self.cache.read) for i, p in self.registry.runs().items()]})
+
+    async def metrics(self, request: Request):
+        """?run=ID&offset=BYTES: the metric rows written since `offset`, as columns, with bad or partial lines."""
+        found = _run(request, self.registry)
+        if isinstance(found, JSONResponse):
+            return found
+        run_id, path = found
+        if not (path / METRICS).is_file():
+            return JSONResponse({"run": run_id, "offset": 0, "step": [], "series": {}, "bad": [], "partial": None,
+                                 "reset": False, "missing": True})
+        got = self.cache.read(path / METRICS, _int(request, "offset", 0))
+        rows = got.pop("rows")
+        return JSONResponse({"run": run_id, **got, **columns(rows)})
+
+    async def groups(self, request: Request):
+        """?run=ID: the steps that have group records; with &step=S, that step's groups."""
+        found = _run(request, self.registry)
+        if isinstance(found, JSONResponse):
+            return found
+        run_id, path = found
+        file = path / GROUPS
+        if not file.is_file():
+            return JSONResponse({"run": run_id, "steps": [], "groups": [], "missing": True})
+        steps = sorted(self.index.steps(file))
+        step = _int(request, "step", steps[-1] if steps else 0)
+        return JSONResponse({"run": run_id, "steps": steps, "step": step,
+                             "groups": self.index.groups(file, step) if step in steps else []})
+
+    async def aha(self, request: Request):
+        """?run=ID: reflection phrases in the recorded completions, step by step (the run's own phrase list), and
+        the greedy answers to the same held-out problems at each evaluation."""
+        found = _run(request, self.registry)
+        if isinstance(found, JSONResponse):
+            return found
+        phrases = read_config(found[1]).get("reflection_phrases") or list(DEFAULT_REFLECTION_PHRASES)
+        return JSONResponse({"run": found[0], "phrases": phrases,
+                             "steps": reflection_by_step(found[1] / GROUPS, phrases, self.index),
+                             "held_out": held_out_table(found[1] / HELD_OUT)})
+
+    async def file(self, request: Request):
+        """?run=ID&path=REL: a file inside the run's directory; anything outside it is refused (403)."""
+        found = _run(request, self.registry)
+        if isinstance(found, JSONResponse):
+            return found
+        target = safe_file(found[1], request.query_params.get("path", ""))
+        if target is None:
+            return _error(403, "only files inside the run directory are served")
+        return FileResponse(target)
+
+    async def playground_status(self, request: Request):
+        earlier = sorted(i for i in self.registry.runs() if i.startswith("playground/"))
+        return JSONResponse({**self.playground.status(), "runs": earlier})
+
+    async def page(self, request: Request):
+        return FileResponse(STATIC / "index.html")
+
+
+def make_app(registry: RunRegistry, playground: Playground) -> Starlette:
+    """The app: the page at /, its files under /static, the API under /api."""
+    api = Api(registry, playground)
+    routes = [
+        Route("/", api.page), Route("/api/runs", api.runs), Route("/api/metrics", api.metrics),
+        Route("/api/groups", api.groups), Route("/api/file", api.file), Route("/api/aha", api.aha),
+        Route("/api/learn/advantages", _post(explain.advantages), methods=["POST"]),
+        Route("/api/learn/ratio", _post(explain.ratio), methods=["POST"]),
+        Route("/api/learn/kl", _post(explain.kl), methods=["POST"]),
+        Route("/api/playground", api.playground_status),
+        Route("/api/playground/start", _post(playground.start), methods=["POST"]),
+        Route("/api/playground/cancel", _post(lambda body: playground.cancel()), methods=["POST"]),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+    ]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        yield
+        playground.close()  # a playground job never outlives the server
+
+    return Starlette(routes=routes, exception_handlers={Exception: _crash}, lifespan=lifespan)
+
+
+class Server:
+    """uvicorn running `app` in a background thread (for `aha train dashboard=true` and the tests)."""
+
+    def __init__(self, app, host: str = LOCALHOST, port: int = 0):
+        import uvicorn
+        self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def start(self, timeout_s: float = 10.0) -> str:
+        """Start serving; returns the base URL once the socket listens."""
+        self.thread.start()
+        for _ in range(int(timeout_s / 0.05)):
+            if self.server.started:
+                break
+            threading.Event().wait(0.05)
+        if not self.server.started:
+            raise RuntimeError("the dashboard server did not start")
+        host, port = self.server.servers[0].sockets[0].getsockname()[:2]
+        return f"http://{host}:{port}"
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+def build(runs: list[str], root: str, playground_dir: str | None, playground_model: str | None,
+          playground_steps: int, playground_time_s: float) -> Starlette:
+    """The app for run directories `runs` (empty: every run under `root`)."""
+    registry = RunRegistry(runs, root)
+    pg_dir = Path(playground_dir) if playground_dir else Path(root) / "playground"
+    if playground_model is None and (Path(root) / "demo" / "sft" / "model" / "config.json").is_file():
+        playground_model = str((Path(root) / "demo" / "sft" / "model").resolve())  # the demo's cold-started model
+    return make_app(registry, Playground(pg_dir.resolve(), registry, playground_model, playground_steps,
+                                         playground_time_s))

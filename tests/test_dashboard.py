@@ -1,0 +1,177 @@
+"""The dashboard's API: every endpoint, traversal refused, bad and half-written lines reported, never a crash."""
+
+import json
+import time
+
+import pytest
+import torch
+
+pytest.importorskip("starlette")
+from starlette.testclient import TestClient  # noqa: E402
+
+from aha import algos  # noqa: E402
+from aha.cli import _normalise  # noqa: E402
+from aha.config import DashboardConfig  # noqa: E402
+from aha.dashboard import build_app  # noqa: E402
+from aha.dashboard.runs import RunRegistry, read_jsonl, safe_file  # noqa: E402
+
+GROUP = {"step": 2, "group": 0, "prompt": "1+1=", "answer": "2", "reward_names": ["math"], "mean": 0.5, "std": 0.7071,
+         "completions": [{"text": "2 wait", "rewards": [1.0], "reward": 1.0, "advantage": 0.7071, "trained": True,
+                          "tokens": {"piece": ["2", " wait"], "logp": [-0.1, -2.0], "ratio": [1.0, 1.3],
+                                     "clip": [0, 1], "kl": None, "loss": [-0.2, -0.1]}},
+                         {"text": "3", "rewards": [0.0], "reward": 0.0, "advantage": -0.7071, "trained": True,
+                          "tokens": {"piece": ["3"], "logp": [-0.5], "ratio": [1.0], "clip": [0], "kl": None,
+                                     "loss": [0.3]}}]}
+
+
+def make_run(path, torn=True):
+    path.mkdir(parents=True)
+    (path / "config.yaml").write_text("model: tiny\nnum_generations: 2\nreflection_phrases: [wait]\n")
+    lines = [json.dumps({"step": s, "reward/mean": s / 10, "behaviour/reflection_rate": 0.5}) for s in (1, 2, 3)]
+    lines.insert(1, "{not json")
+    (path / "metrics.jsonl").write_text("\n".join(lines) + "\n" + ('{"step": 4, "reward/me' if torn else ""))
+    (path / "groups.jsonl").write_text(json.dumps(GROUP) + "\n")
+    (path / "summary.json").write_text("{}")
+    (path / "held_out.jsonl").write_text("".join(json.dumps({"step": s, "id": 7, "prompt": "2+2=", "answer": "4",
+                                                             "greedy": g, "correct": g == "4"}) + "\n"
+                                                 for s, g in ((0, "5"), (10, "4"))))
+    return path
+
+
+@pytest.fixture
+def client(tmp_path):
+    make_run(tmp_path / "runs" / "a")
+    make_run(tmp_path / "runs" / "sub" / "b", torn=False)
+    (tmp_path / "secret.txt").write_text("no")
+    cfg = DashboardConfig(runs_root=str(tmp_path / "runs"), playground_dir=str(tmp_path / "pg"), playground_max_steps=3)
+    with TestClient(build_app(cfg)) as c:
+        yield c
+
+
+def test_page_and_vendored_chart_library_are_served(client):
+    assert "aha dashboard" in client.get("/").text
+    assert client.get("/static/app.js").status_code == 200
+    assert "uPlot" in client.get("/static/vendor/uPlot.iife.min.js").text[:2000]
+    assert "MIT" in client.get("/static/vendor/uPlot.LICENSE").text
+
+
+def test_runs_lists_every_run_under_the_root(client):
+    runs = {r["id"]: r for r in client.get("/api/runs").json()["runs"]}
+    assert set(runs) == {"a", "sub/b"}
+    assert runs["a"]["steps"] == 3 and runs["a"]["last"]["reward/mean"] == pytest.approx(0.3)
+    assert runs["a"]["config"] == {"model": "tiny", "num_generations": 2} and runs["a"]["has_groups"]
+    assert "partial last line" in runs["a"]["last"]["_note"]
+
+
+def test_metrics_report_bad_and_half_written_lines_and_read_on_from_an_offset(client, tmp_path):
+    m = client.get("/api/metrics?run=a").json()
+    assert m["step"] == [1, 2, 3] and m["series"]["reward/mean"] == pytest.approx([0.1, 0.2, 0.3])
+    assert m["bad"][0]["text"] == "{not json"
+    assert m["partial"]["text"] == '{"step": 4, "reward/me'  # being written: shown, not parsed, not skipped for good
+    path = tmp_path / "runs" / "a" / "metrics.jsonl"
+    with open(path, "a") as f:
+        f.write('an": 0.4}\n')  # the writer finishes the line
+    more = client.get(f"/api/metrics?run=a&offset={m['offset']}").json()
+    assert more["step"] == [4] and more["series"]["reward/mean"] == [0.4] and more["partial"] is None
+    assert client.get(f"/api/metrics?run=a&offset={10 ** 9}").json()["reset"]  # a rewritten file: from 0 again
+
+
+def test_groups_and_aha(client):
+    g = client.get("/api/groups?run=a").json()
+    assert g["steps"] == [2] and g["groups"][0]["completions"][0]["tokens"]["ratio"] == [1.0, 1.3]
+    assert client.get("/api/groups?run=a&step=7").json()["groups"] == []
+    aha = client.get("/api/aha?run=a").json()
+    assert aha["phrases"] == ["wait"] and aha["steps"] == [{"step": 2, "completions": 2, "reflective": 1,
+                                                            "example": "2 wait"}]
+    held = aha["held_out"]
+    assert held["steps"] == [0, 10] and held["problems"][0]["by_step"] == {
+        "0": {"greedy": "5", "correct": False}, "10": {"greedy": "4", "correct": True}}
+
+
+def test_path_traversal_is_refused(client):
+    assert client.get("/api/file?run=a&path=summary.json").json() == {}
+    for bad in ("../../secret.txt", "../sub/b/summary.json", "/etc/passwd", "%2e%2e/%2e%2e/secret.txt", ""):
+        r = client.get(f"/api/file?run=a&path={bad}")
+        assert r.status_code == 403, bad
+    assert client.get("/api/file?run=../secret.txt&path=x").status_code == 404  # run ids are names, not paths
+    assert client.get("/static/../../../secret.txt").status_code == 404
+    assert client.get("/api/metrics?run=..").status_code == 404
+
+
+def test_a_link_out_of_the_run_is_refused(tmp_path):
+    run = make_run(tmp_path / "r")
+    (tmp_path / "outside.txt").write_text("x")
+    (run / "link.txt").symlink_to(tmp_path / "outside.txt")
+    assert safe_file(run, "link.txt") is None and safe_file(run, "summary.json") == run / "summary.json"
+
+
+def test_unreadable_files_are_errors_in_the_answer_not_crashes(client, tmp_path):
+    (tmp_path / "runs" / "a" / "config.yaml").write_text("a: [unclosed")
+    (tmp_path / "runs" / "a" / "groups.jsonl").write_text("garbage\n" + json.dumps(GROUP) + "\n")
+    runs = {r["id"]: r for r in client.get("/api/runs").json()["runs"]}
+    assert "config.yaml" in runs["a"]["config_error"]
+    assert client.get("/api/groups?run=a").json()["steps"] == [2]
+    assert client.get("/api/learn/advantages", ).status_code == 405
+    assert client.post("/api/learn/advantages", content=b"{").status_code == 400
+    assert "rewards" in client.post("/api/learn/advantages", json={"rewards": [1]}).json()["error"]
+    assert client.post("/api/learn/ratio", json={"p_old": 0, "p_new": 0.5}).status_code == 400
+
+
+def test_learn_numbers_are_aha_algos_own(client):
+    rewards = [1.0, 0.0, 0.0, 1.0, 0.5, 0.0]
+    got = client.post("/api/learn/advantages", json={"rewards": rewards}).json()
+    for name in algos.ADVANTAGES:
+        want = algos.compute_advantages(name, torch.tensor(rewards), 6)[0].tolist()
+        assert got["advantages"][name] == pytest.approx(want, abs=1e-6)
+    r = client.post("/api/learn/ratio", json={"p_old": 0.5, "p_new": 0.8, "epsilon": 0.2, "epsilon_high": 0.28}).json()
+    assert r["ratio"] == pytest.approx(1.6)
+    assert r["by_advantage"]["positive"]["objective"] == pytest.approx(1.28) and r["by_advantage"]["positive"]["clipped"]
+    assert r["by_advantage"]["negative"]["objective"] == pytest.approx(-1.6)  # min(-1.6, -1.28): no clip for A < 0
+    assert not r["by_advantage"]["negative"]["clipped"]
+    kl = client.post("/api/learn/kl", json={"p": 1.0, "p_ref": 0.5}).json()["values"]
+    assert kl["k3"] == pytest.approx(0.193147, abs=1e-5)  # 0.5 - 1 + ln 2, as in algos.kl_k3's docstring
+    assert kl["k1"] == pytest.approx(0.693147, abs=1e-5) and kl["k2"] == pytest.approx(0.5 * 0.693147 ** 2, abs=1e-5)
+
+
+def test_playground_start_is_bounded_single_and_cancellable(client, tmp_path):
+    assert client.post("/api/playground/start", json={"max_steps": 99}).status_code == 400  # over the cap of 3
+    assert client.post("/api/playground/start", json={"num_generations": 1}).status_code == 400
+    job = client.post("/api/playground/start", json={"max_steps": 3}).json()
+    assert job["state"] == "running" and job["params"]["max_steps"] == 3
+    assert "already" in client.post("/api/playground/start", json={}).json()["error"]
+    assert client.post("/api/playground/cancel", json={}).json()["cancelled"]
+    st = client.get("/api/playground").json()
+    assert not st["running"] and st["jobs"][0]["state"] == "cancelled"
+    assert client.get(f"/api/metrics?run={job['id']}").status_code == 200  # its directory is a run
+
+
+def test_explicit_run_dirs_and_cli_words(tmp_path):
+    a, b = make_run(tmp_path / "x" / "run"), make_run(tmp_path / "y" / "run")
+    assert list(RunRegistry([a, b]).runs()) == ["run", "run-2"]
+    assert _normalise(["runs/a", "runs/b", "--port", "9"], "runs") == ["port=9", 'runs=["runs/a", "runs/b"]']
+    assert DashboardConfig().host == "127.0.0.1"
+
+
+def test_a_large_metrics_file_reads_fast(tmp_path):
+    row = {f"metric/{i}": 0.5 for i in range(40)}
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps({"step": s, **row}) + "\n" for s in range(10_000)))
+    t0 = time.perf_counter()
+    got = read_jsonl(path)
+    assert len(got["rows"]) == 10_000 and time.perf_counter() - t0 < 2.0
+
+
+def test_train_with_dashboard_true_serves_the_run(tiny_dir, tmp_path, capsys):
+    import urllib.request
+
+    from aha.config import GRPOConfig
+    from aha.stages import run_grpo
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{a}+1="}) + "\n" for a in range(8)))
+    run_grpo(GRPOConfig(output_dir=str(tmp_path / "run"), model=tiny_dir, dataset=str(data), reward_funcs=["format"],
+                        max_steps=1, num_generations=2, per_device_train_batch_size=4, max_completion_length=4,
+                        progress_bar=False, report_to=["jsonl"], dashboard=True, dashboard_port=0))
+    url = capsys.readouterr().out.split("aha dashboard: ")[1].split()[0]
+    assert url.startswith("http://127.0.0.1:")
+    runs = json.loads(urllib.request.urlopen(f"{url}/api/runs", timeout=10).read())["runs"]
+    assert [(r["id"], r["steps"]) for r in runs] == [("run", 1)]

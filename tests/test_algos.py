@@ -210,3 +210,15 @@ def test_high_entropy_mask_by_hand():
     close(algos.high_entropy_mask(ent, mask, 0.5), [[0, 0, 0], [1, 1, 0]])
     close(algos.high_entropy_mask(ent, mask, 0.0), [[0, 0, 0], [0, 1, 0]])   # only the highest
     close(algos.high_entropy_mask(ent, mask, 1.0), mask.float())              # every token
+
+
+def test_behaviour_weights_hand_computed():
+    """w = min(pi_prox / mu, cap) on stale tokens, exactly 1 elsewhere; the cap is reported where it bit."""
+    prox = torch.log(torch.tensor([[0.5, 0.2, 0.9], [0.5, 0.5, 0.5]]))
+    behav = torch.log(torch.tensor([[0.25, 0.4, 0.3], [0.1, 0.1, 0.1]]))
+    stale = torch.tensor([[True, True, True], [False, False, False]])
+    w, capped = algos.behaviour_weights(prox, behav, stale, cap=2.5)
+    # row 0: 0.5/0.25 = 2.0; 0.2/0.4 = 0.5; 0.9/0.3 = 3.0 -> capped at 2.5. Row 1 was sampled by the current weights.
+    torch.testing.assert_close(w, torch.tensor([[2.0, 0.5, 2.5], [1.0, 1.0, 1.0]]), rtol=0, atol=1e-6)
+    assert capped.tolist() == [[False, False, True], [False, False, False]]
+    assert not w.requires_grad

@@ -281,3 +281,34 @@ def test_a_streaming_run_resumes_where_an_uninterrupted_one_goes(tiny_dir, tmp_p
     run("split", 2)
     resumed = run("split", 4, resume=True)
     assert all(torch.equal(whole[n], resumed[n]) for n in whole)
+
+
+def constant_when_even(prompts, completions, **kw):
+    """No spread at all in groups whose first operand is even (every completion gets 1.0), graded otherwise."""
+    return [1.0 if int(p.split("+")[0]) % 2 == 0 else digit_share(None, [c])[0] for p, c in zip(prompts, completions)]
+
+
+def test_dynamic_sampling_trains_only_groups_with_spread(tiny_dir, tmp_path):
+    t = GRPOTrainer(model=tiny_dir, reward_funcs=[constant_when_even], train_dataset=PROMPTS,
+                    args=args(tmp_path / "dyn", max_steps=3, dynamic_sampling=True, dynamic_sampling_max_rounds=8))
+    trained, real = [], t.learner.update
+
+    def update(batch):
+        trained.append([r["prompt"] for r in batch.rows])
+        return real(batch)
+    t.learner.update = update
+    metrics = t.train()
+    assert all(len(p) == 2 and all(int(x.split("+")[0]) % 2 for x in p) for p in trained), trained
+    rows = [__import__("json").loads(line) for line in (tmp_path / "dyn" / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert sum(r["sampling/dropped_groups"] for r in rows) >= 1 and metrics["sampling/groups"] == 2
+    assert metrics["reward/zero_std_frac"] == 0  # the trained batch's groups all carry a signal
+
+
+def test_dynamic_sampling_stops_after_its_rounds(tiny_dir, tmp_path):
+    t = GRPOTrainer(model=tiny_dir, reward_funcs=[lambda prompts, completions, **kw: [1.0] * len(completions)],
+                    train_dataset=PROMPTS, args=args(tmp_path / "flat", max_steps=1, dynamic_sampling=True,
+                                                     dynamic_sampling_max_rounds=2))
+    metrics = t.train()  # no group ever has spread: 1 + 2 rounds, then the batch is filled with flat groups
+    assert metrics["sampling/rounds"] == 2 and metrics["sampling/groups"] == 0
+    assert metrics["sampling/dropped_groups"] == 2 + 2 + 2 - 2 and metrics["reward/zero_std_frac"] == 1
+    assert metrics["loss"] == 0 and metrics["train/trained_frac"] == 0  # nothing carried a gradient

@@ -229,9 +229,10 @@ class GRPOTrainer(Trainer):
     def assemble(self, parts: list[tuple[GRPOBatch, dict[str, float]]],
                  more: Callable[[int], list[tuple[GRPOBatch, dict[str, float]]]]) -> tuple[GRPOBatch, dict[str, float]]:
         """Scored groups -> the step's training batch with its advantages. With dynamic_sampling (DAPO), groups
-        whose rewards have no spread (they give no gradient) are dropped and `more(k)` samples k more prompts,
-        at most dynamic_sampling_max_rounds times; surplus groups are left out. Reward metrics describe every
-        group sampled this step; `sampling/*` counts what was dropped."""
+        whose rewards have no spread (they give no policy gradient) are dropped and `more(k)` samples k more
+        prompts, at most dynamic_sampling_max_rounds times; surplus groups are left out, and a batch still short
+        after the last round is filled with groups without spread (as if dynamic sampling were off for them).
+        Reward metrics describe every group sampled this step; `sampling/*` counts what was dropped."""
         a, B = self.args, self.args.prompts_per_step
         batch, rounds = GRPOBatch.cat([b for b, _ in parts]), 0
         keep = list(range(len(batch.rows)))
@@ -249,9 +250,10 @@ class GRPOTrainer(Trainer):
                         "reward/std": ok.std().item() if len(ok) > 1 else float("nan"),
                         "reward/excluded_frac": 1 - len(ok) / len(batch.rewards)})
         if a.dynamic_sampling:
-            metrics.update({"sampling/dropped_groups": float(len(batch.rows) - len(keep)),
-                            "sampling/rounds": float(rounds), "sampling/groups": float(min(len(keep), B))})
-            batch = batch.groups(keep[:B])
+            chosen = (keep + [g for g in range(len(batch.rows)) if g not in set(keep)])[:B]
+            metrics.update({"sampling/dropped_groups": float(len(batch.rows) - B), "sampling/rounds": float(rounds),
+                            "sampling/groups": float(min(len(keep), B))})
+            batch = batch.groups(chosen)
         batch.advantages, adv_metrics = algos.compute_advantages(a.advantage_estimator, batch.rewards,
                                                                  a.num_generations)  # [N]
         return batch, {**metrics, **adv_metrics}

@@ -296,3 +296,14 @@ def _connections(proc):
         return proc.net_connections(kind="inet")
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return []
+
+
+def test_lora_ships_only_the_adapters_to_rollout_workers(tiny_dir, tmp_path, ray_local):
+    t = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], train_dataset=PROMPTS,
+                    args=args(tmp_path / "lora", use_lora=True, lora_r=4, beta=0.04, num_rollout_workers=1,
+                              num_learners=2, max_steps=2))
+    adapters = sum(p.numel() * p.element_size() for p in t.model.parameters() if p.requires_grad)
+    before = {n: p.detach().clone() for n, p in t.model.named_parameters() if p.requires_grad}
+    metrics = t.train()
+    assert metrics["sync/bytes"] == adapters  # one worker loaded one version: the trainable (LoRA) weights only
+    assert any(not torch.equal(before[n], p) for n, p in t.model.named_parameters() if p.requires_grad)

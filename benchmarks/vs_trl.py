@@ -62,6 +62,7 @@ SIZES = ("4m", "30m")
 NUM_GENERATIONS = 8
 COMPLETIONS_PER_STEP = 16
 MAX_COMPLETION_LENGTH = 64
+"""Default generation budget; --max-completion-length sets it for the driver and its worker processes."""
 BETA = 0.04
 SEED = 0
 MODEL_SEED = 0
@@ -340,6 +341,7 @@ def spawn(framework: str, model_dir: str, steps: int, lr: float, seed: int, thre
                TOKENIZERS_PARALLELISM="false", TRANSFORMERS_VERBOSITY="error", CUDA_VISIBLE_DEVICES="")
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", framework, "--model-dir", model_dir,
            "--steps", str(steps), "--lr", repr(lr), "--seed", str(seed), "--threads", str(threads),
+           "--max-completion-length", str(MAX_COMPLETION_LENGTH),
            "--result", str(result)] + (["--scripted", "--params-out", str(tmp / f"{tag}.pt")] if scripted else [])
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
@@ -457,12 +459,16 @@ def main(argv=None) -> None:
     p.add_argument("--window", type=int, default=5, help="rolling-mean window of the curves")
     p.add_argument("--check-steps", type=int, default=3,
                    help="same-batch check: steps where both trainers get the same scripted completions (0: skip)")
+    p.add_argument("--max-completion-length", type=int, default=MAX_COMPLETION_LENGTH,
+                   help="most tokens per completion (the tiny models' context is 8,192)")
     p.add_argument("--worker", choices=("aha", "trl"), help=argparse.SUPPRESS)
     p.add_argument("--scripted", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--params-out", help=argparse.SUPPRESS)
     p.add_argument("--model-dir", help=argparse.SUPPRESS)
     p.add_argument("--result", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    global MAX_COMPLETION_LENGTH
+    MAX_COMPLETION_LENGTH = args.max_completion_length
     if args.worker:
         return worker(args)
     if args.steps < 2:

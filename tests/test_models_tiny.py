@@ -113,6 +113,19 @@ def test_same_seed_same_weights_other_seed_differs(tok):
     assert any(not torch.equal(a[k], c[k]) for k in a if a[k].ndim == 2)
 
 
+def test_the_long_context_changes_no_weight_and_no_output(tok):
+    """The models built in code take 4,096-token rollouts; rotary positions make the context length a
+    bound only: the same weights and bitwise the same logits as with a 512-token context."""
+    from aha.models.tiny import TINY_CONTEXT
+    long, short = (build_model(tok, "tiny", seed=0, overrides=dict(max_position_embeddings=n))
+                   for n in (TINY_CONTEXT, 512))
+    assert long.config.max_position_embeddings >= 4096 + 256
+    assert all(torch.equal(a, b) for a, b in zip(long.state_dict().values(), short.state_dict().values()))
+    ids = torch.randint(4, len(tok), (2, 300), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(long(ids).logits, short(ids).logits)
+
+
 # (low, high) per size at vocab 512; exact counts are in build_model's docstring
 RANGES = {"tiny": (0.1e6, 0.2e6), "small": (0.8e6, 1.0e6), "demo": (3e6, 5e6), "4m": (3.5e6, 4.5e6), "30m": (27e6, 33e6),
           "qwen2-0.5b": (340e6, 370e6)}

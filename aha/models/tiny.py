@@ -37,6 +37,10 @@ CHATML_TEMPLATE = (
     "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{%- endif %}"
 )
 
+TINY_CONTEXT = 8192
+"""Context of the models built in code: room for reasoning-length rollouts (4,096 new tokens after a prompt).
+Positions are rotary with no learned table, so the number changes no weight and no output."""
+
 # Shapes per named size; exact parameter counts are in build_model's docstring.
 SIZES: dict[str, dict] = {
     "tiny": dict(hidden_size=64, intermediate_size=192, num_hidden_layers=2,
@@ -119,7 +123,7 @@ def build_config(tokenizer, size: str = "tiny", arch: str = "llama", overrides: 
         raise ValueError(f"unknown size '{size}'; valid: {sorted(SIZES)}")
     if arch not in _archs():
         raise ValueError(f"unknown arch '{arch}'; valid: {sorted(_archs())}")
-    kwargs = dict(vocab_size=len(tokenizer), max_position_embeddings=512, tie_word_embeddings=True,
+    kwargs = dict(vocab_size=len(tokenizer), max_position_embeddings=TINY_CONTEXT, tie_word_embeddings=True,
                   bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
                   pad_token_id=tokenizer.pad_token_id)
     kwargs.update(SIZES[size])

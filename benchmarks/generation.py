@@ -26,7 +26,10 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--cache", choices=("layer", "hf"), default="layer",
                     help="aha's KV cache: preallocated per-layer buffers, or transformers' DynamicCache")
-    ap.add_argument("--eos-bias", type=float, default=0.0, help="add to the EOS logit bias to vary lengths")
+    ap.add_argument("--eos-bias", type=float, default=0.0,
+                    help="add this many mean output-weight rows to EOS's (negative: rows run to the cap)")
+    ap.add_argument("--only", choices=("aha", "generate", "both"), default="both")
+    ap.add_argument("--warmup-new", type=int, help="tokens of the untimed warm-up run (default: --max-new)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     from aha.models import eos_ids
@@ -41,23 +44,22 @@ def main():
             model.lm_head.weight[tok.eos_token_id] += a.eos_bias * model.lm_head.weight.mean(0)
     prompts = [tok(f"question {i}: what is {i} plus {i}?", add_special_tokens=False)["input_ids"] for i in range(a.prompts)]
     engine = HFEngine(model, eos_ids(model, tok), tok.pad_token_id, layer_cache=a.cache == "layer")
-    params = SamplingParams(1.0, 1.0, 0, a.max_new)
-
-    def run_aha(seed):
-        out = engine.generate(prompts, a.n, params, torch.Generator().manual_seed(seed))
+    def run_aha(seed, max_new=a.max_new):
+        out = engine.generate(prompts, a.n, SamplingParams(1.0, 1.0, 0, max_new), torch.Generator().manual_seed(seed))
         return sum(map(len, out.completion_ids))
 
-    def run_hf(seed):
+    def run_hf(seed, max_new=a.max_new):
         torch.manual_seed(seed)
         enc = tok.pad([{"input_ids": p} for p in prompts], return_tensors="pt", padding_side="left")
         with torch.no_grad():
-            out = model.generate(**enc, do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=a.max_new,
+            out = model.generate(**enc, do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=max_new,
                                  num_return_sequences=a.n, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
         gen = out[:, enc["input_ids"].shape[1]:]
-        return int(sum(min(int((row == tok.eos_token_id).nonzero()[0]) + 1 if (row == tok.eos_token_id).any() else a.max_new, a.max_new) for row in gen))
+        return int(sum(min(int((row == tok.eos_token_id).nonzero()[0]) + 1 if (row == tok.eos_token_id).any() else max_new, max_new) for row in gen))
 
-    for name, fn in ((f"aha-{a.cache}", run_aha), ("generate", run_hf)):
-        fn(0)  # warm-up
+    runs = {"aha": ((f"aha-{a.cache}", run_aha),), "generate": (("generate", run_hf),)}
+    for name, fn in runs.get(a.only, runs["aha"] + runs["generate"]):
+        fn(0, a.warmup_new or a.max_new)  # warm-up
         rates = []
         for r in range(a.repeats):
             t = time.perf_counter()

@@ -437,6 +437,7 @@ def versions() -> dict:
 
 
 def main(argv=None) -> None:
+    global MAX_COMPLETION_LENGTH
     class Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
         pass
 
@@ -467,7 +468,6 @@ def main(argv=None) -> None:
     p.add_argument("--model-dir", help=argparse.SUPPRESS)
     p.add_argument("--result", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    global MAX_COMPLETION_LENGTH
     MAX_COMPLETION_LENGTH = args.max_completion_length
     if args.worker:
         return worker(args)

@@ -4,13 +4,11 @@ One local Ray instance (127.0.0.1) serves the whole module; every test checks th
 are gone afterwards, and the module checks that Ray's own processes are gone after shutdown.
 """
 
-import math
 import os
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import psutil
 import pytest
@@ -24,7 +22,6 @@ from aha.train.loop import PromptSampler
 ray = pytest.importorskip("ray")
 
 PROMPTS = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a in range(10) for b in range(3)]
-TEST_DIR = Path(__file__).parent
 
 
 def digit_share(prompts, completions, **kw):
@@ -276,11 +273,20 @@ def test_a_killed_driver_resumes_from_its_last_checkpoint(tiny_dir, tmp_path, ra
     assert steps == sorted(set(steps)) and steps[-1] == 6  # rows after the checkpoint were cut, none twice
 
 
-def test_cli_overrides_start_the_distributed_path(tiny_dir, tmp_path, ray_local, monkeypatch):
-    from aha.config import parse_args
-    cfg = parse_args(GRPOConfig, ["num_rollout_workers=2", "num_learners=2", "max_staleness=1", "ray_address=auto"])
-    assert (cfg.num_rollout_workers, cfg.num_learners, cfg.max_staleness, cfg.ray_address) == (2, 2, 1, "auto")
-    assert cfg.distributed and math.isclose(cfg.off_policy_is_cap, 2.0)
+def test_the_command_line_runs_the_distributed_path(tiny_dir, tmp_path, ray_local):
+    """`aha train ... num_rollout_workers=2 num_learners=2 max_staleness=1` trains through the Ray layer."""
+    import json
+
+    from aha.cli import main
+    out = tmp_path / "cli"
+    code = main(["train", f"model={tiny_dir}", "task=arithmetic", f"output_dir={out}", "max_steps=2",
+                 "num_generations=4", "per_device_train_batch_size=8", "max_completion_length=8", "eval_steps=0",
+                 "progress_bar=false", "log_completions_steps=0", "num_rollout_workers=2", "num_learners=2",
+                 "max_staleness=1", "dist_timeout=120"])
+    assert code in (0, None)
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2] and rows[-1]["dist/staleness_max"] == 1
+    assert (out / "model" / "config.json").is_file()
 
 
 def test_ray_listens_on_loopback_only(ray_local):

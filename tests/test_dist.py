@@ -133,18 +133,25 @@ def test_rollout_workers_train_exactly_as_one_process(tiny_dir, tmp_path, ray_lo
 
 
 def test_two_learners_match_one_process_on_the_same_batches(tiny_dir, tmp_path, ray_local):
-    """num_learners=2 (gloo): gradients summed over ranks with whole-minibatch denominators = one process.
+    """num_learners=2 (gloo), whole replicas or FSDP2 shards: gradients summed over ranks with whole-minibatch
+    denominators = one process.
     Only float summation order differs (the micro-batches are split differently); Adam divides by sqrt(v),
     which turns a rounding difference in a near-zero gradient into a visible one on a few weights, so the
     bound is on the whole update: the two runs' weights differ by < 1e-4 of the update's norm."""
-    for kw in (dict(loss_type="dapo"), dict(loss_type="grpo", beta=0.05, num_iterations=2)):
+    cases = [(dict(loss_type="dapo"), "replicate"), (dict(loss_type="grpo", beta=0.05, num_iterations=2), "replicate"),
+             (dict(loss_type="grpo", beta=0.05, num_iterations=2), "fsdp")]
+    for k, (kw, sharding) in enumerate(cases):
         one = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], train_dataset=PROMPTS,
-                          engine_factory=ScriptedEngine, args=args(tmp_path / f"one{len(kw)}", **kw))
+                          engine_factory=ScriptedEngine, args=args(tmp_path / f"one{k}", **kw))
         start = _weights(one.model)
         one.train()
         dist = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], train_dataset=PROMPTS,
-                           engine_factory=ScriptedEngine, args=args(tmp_path / f"two{len(kw)}", num_learners=2, **kw))
+                           engine_factory=ScriptedEngine,
+                           args=args(tmp_path / f"two{k}", num_learners=2, learner_sharding=sharding, **kw))
         pids = _pids(dist.pipeline)
+        held = ray.get([w.local_elements.remote() for w in dist.pipeline.learners], timeout=60)
+        whole = sum(p.numel() for p in dist.model.parameters())
+        assert held == [whole] * 2 if sharding == "replicate" else max(held) < 0.6 * whole, (held, whole)
         dist.train()
         a, b = _weights(one.model), _weights(dist.model)
         update = torch.cat([(a[n] - start[n]).flatten() for n in a]).norm()
@@ -313,3 +320,23 @@ def test_lora_ships_only_the_adapters_to_rollout_workers(tiny_dir, tmp_path, ray
     metrics = t.train()
     assert metrics["sync/bytes"] == adapters  # one worker loaded one version: the trainable (LoRA) weights only
     assert any(not torch.equal(before[n], p) for n, p in t.model.named_parameters() if p.requires_grad)
+
+
+def test_sharded_learners_checkpoint_and_resume(tiny_dir, tmp_path, ray_local):
+    """FSDP2 learners: the driver's checkpoint gathers their whole state; a resumed run hands it back to them
+    and goes on where the uninterrupted run would (same weights to 1e-4 of the update, as above)."""
+    kw = dict(num_learners=2, learner_sharding="fsdp", beta=0.05, save_steps=2, max_steps=3)
+    full = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], train_dataset=PROMPTS, engine_factory=ScriptedEngine,
+                       args=args(tmp_path / "full", **kw))
+    start = _weights(full.model)
+    full.train()
+    cut = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], train_dataset=PROMPTS, engine_factory=ScriptedEngine,
+                      args=args(tmp_path / "cut", **{**kw, "max_steps": 2}))
+    cut.train()
+    resumed = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], train_dataset=PROMPTS,
+                          engine_factory=ScriptedEngine, args=args(tmp_path / "cut", resume=True, **kw))
+    resumed.train()
+    assert resumed.step_count == 3
+    a, b = _weights(full.model), _weights(resumed.model)
+    update = torch.cat([(a[n] - start[n]).flatten() for n in a]).norm()
+    assert torch.cat([(b[n] - a[n]).flatten() for n in a]).norm() < 1e-4 * update

@@ -266,7 +266,10 @@ class GRPOConfig(TrainConfig):
     num_reward_workers: int = 0
     """Ray actors scoring completions while the next ones are generated (0: score in the training process)."""
     num_learners: int = 1
-    """Data-parallel learners (torch.distributed: gloo on CPU, NCCL on GPU); more than 1 run as Ray actors."""
+    """Data-parallel learners (torch.distributed, gloo); more than 1 run as Ray actors."""
+    learner_sharding: Literal["replicate", "fsdp"] = "replicate"
+    """replicate: every learner holds the whole model (DDP's arithmetic: one gradient all-reduce per optimizer
+    step); fsdp: parameters, gradients and optimizer state sharded over the learners (FSDP2 fully_shard)."""
     max_staleness: int = 0
     """Weight versions a trained batch may lag behind (0: on-policy); k > 0 generates the next k steps while
     this one trains (needs num_rollout_workers >= 1), and stale tokens get a behaviour importance weight."""
@@ -346,6 +349,8 @@ class GRPOConfig(TrainConfig):
             "dist_timeout": (positive, "> 0 seconds"),
             "max_worker_restarts": (non_negative, ">= 0"),
         })
+        if self.learner_sharding == "fsdp" and self.num_learners < 2:
+            raise ConfigError("learner_sharding=fsdp shards the model over learners: set num_learners >= 2")
         if self.max_staleness and not self.num_rollout_workers:
             raise ConfigError(f"max_staleness={self.max_staleness} overlaps generation with training, which needs "
                               "rollout workers: set num_rollout_workers >= 1 (or max_staleness=0)")

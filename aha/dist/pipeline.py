@@ -227,7 +227,7 @@ class Pipeline:
         next steps requested with them, and this step's pipeline metrics."""
         import ray
         if self.learners:
-            self.weights = (self.version, [self.learners[0].weights.remote()])
+            self.weights = (self.version, [[w.weights.remote() for w in self.learners][0]])
         else:
             self.version = self.t.learner.version
             self.weights = (self.version, [ray.put(self.t.learner.trainable_state())] if self.rollout else [None])
@@ -244,9 +244,8 @@ class Pipeline:
 
     def pull(self) -> None:
         """The remote learners' weights, optimizer and schedule into the driver's copy (for eval and checkpoints)."""
-        if self.learners and self.stale:
-            self.t.learner.load_state(cluster.get(self.learners[0].state.remote(), self.a.dist_timeout,
-                                                  "learner rank 0"))
+        if self.learners and self.stale:  # every rank takes part (sharded state is gathered); rank 0 answers
+            self.t.learner.load_state(self._wait_learners([w.state.remote() for w in self.learners])[0])
             self.t.engine.update_weights(self.t.model, self.version)
             self.stale = False
 

@@ -17,6 +17,21 @@ from ..train.learner import GRPOBatch, Learner
 from ..train.loop import autocast, seed_everything
 
 
+def fully_shard(module) -> None:
+    """FSDP2 over the learners' group: each decoder layer its own unit, then the rest; gradients summed, not
+    averaged, across ranks (each rank's loss already carries the whole minibatch's denominator)."""
+    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.fsdp import fully_shard as shard
+    lm = module.get_base_model() if hasattr(module, "get_base_model") else module
+    for layer in lm.get_decoder().layers:
+        shard(layer)
+    shard(module)
+    for unit in module.modules():
+        if isinstance(unit, FSDPModule):
+            unit.set_gradient_divide_factor(1.0)
+            unit.set_force_sum_reduction_for_comms(True)  # a plain SUM: gloo has no pre-multiplied sum
+
+
 def load_trainable(model, state: dict[str, torch.Tensor]) -> int:
     """Copy `state` (trainable parameters by name) into `model`; returns the bytes received."""
     params = dict(model.named_parameters())
@@ -107,7 +122,7 @@ class LearnerWorker(Identity):
                                              timeout=datetime.timedelta(seconds=self.args.dist_timeout))
         seed_everything(self.args.seed)
         self.learner = Learner(self.args, self.model, self.pad_id, torch.Generator().manual_seed(self.args.seed),
-                               self.total_steps)
+                               self.total_steps, shard=fully_shard if self.args.learner_sharding == "fsdp" else None)
         return rank
 
     def update(self, batch: GRPOBatch) -> tuple:
@@ -117,11 +132,18 @@ class LearnerWorker(Identity):
         metrics["lr"] = self.learner.scheduler.get_last_lr()[0]
         return sums, metrics, time.perf_counter() - t0
 
-    def weights(self) -> dict:
-        return self.learner.trainable_state()
+    def local_elements(self) -> int:
+        """Parameter elements this rank holds (all of them, or its FSDP shards)."""
+        return sum((p.to_local() if hasattr(p, "to_local") else p).numel() for p in self.learner.model.parameters())
 
-    def state(self) -> dict:
-        return self.learner.state()
+    def weights(self) -> dict | None:
+        """Every rank is called (sharded weights are gathered together); rank 0 answers."""
+        state = self.learner.trainable_state()
+        return state if torch.distributed.get_rank() == 0 else None
+
+    def state(self) -> dict | None:
+        state = self.learner.state()
+        return state if torch.distributed.get_rank() == 0 else None
 
     def load_state(self, state: dict) -> None:
         self.learner.load_state(state)

@@ -10,6 +10,7 @@ import dataclasses
 import math
 from contextlib import nullcontext
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from torch import Tensor
@@ -107,12 +108,18 @@ class Learner:
     the one a single process computes on the same batch, up to float summation order.
     """
 
-    def __init__(self, args: GRPOConfig, model, pad_id: int, generator: torch.Generator, total_steps: int):
+    def __init__(self, args: GRPOConfig, model, pad_id: int, generator: torch.Generator, total_steps: int,
+                 shard: Callable | None = None):
         self.args, self.model, self.pad_id, self.generator = args, model, pad_id, generator
         self.is_peft = hasattr(model, "peft_config")
         self.ref_model = None  # with LoRA the reference is the base model with adapters disabled
         if args.beta > 0 and not self.is_peft:
             self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
+        self.sharded = shard is not None
+        """FSDP2: parameters (and the reference) sharded over the ranks by `shard(module)`."""
+        for module in (model, self.ref_model) if self.sharded else ():
+            if module is not None:
+                shard(module)
         self.optimizer, self.scheduler = build_optimizer(args, model, total_steps)
         dist = torch.distributed
         self.world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
@@ -144,10 +151,15 @@ class Learner:
                 part = order[s:s + mb]
                 denom = dict(num_sequences=int(keep[part].sum()), num_tokens=int(n_tok[part].sum()),
                              max_len=a.max_completion_length)
-                live = sorted(part[trainable[part]].tolist(), key=seq_len.__getitem__)[self.rank::self.world]
+                every = sorted(part[trainable[part]].tolist(), key=seq_len.__getitem__)
+                live = every[self.rank::self.world]
+                # sharded ranks must all run as many forward/backward passes as the busiest one (FSDP collectives)
+                passes = -(-len(every[::self.world]) // micro) if self.sharded else -(-len(live) // micro)
                 minibatch = LossSums()
-                for m in range(0, len(live), micro):  # length-sorted micro-batches: little padding
-                    minibatch = minibatch + self._micro_step(batch, live[m:m + micro], keep, old, ref, denom)
+                for m in range(passes):  # length-sorted micro-batches: little padding
+                    ids = live[m * micro:(m + 1) * micro]
+                    minibatch = minibatch + (self._micro_step(batch, ids, keep, old, ref, denom) if ids
+                                             else self._idle_step(batch, every[0]))
                 norm = optimizer_step(a, self.model, self.optimizer, self.scheduler, minibatch.loss, reduce)
                 if math.isnan(norm):  # skipped (on_nonfinite=skip): its statistics describe no update
                     skipped += 1
@@ -173,8 +185,20 @@ class Learner:
                             "offpolicy/stale_token_frac": sums.stale_tokens / per_token})
         return sums, metrics
 
+    def _idle_step(self, batch: GRPOBatch, i: int) -> LossSums:
+        """A sharded rank with no sequence left in this minibatch still joins its peers' collectives: one
+        forward and backward that add exactly zero to every gradient."""
+        logp, _, _ = self._logprobs(self.model, [batch.prompt_ids[i]], [batch.completion_ids[i]])
+        (logp.sum() * 0.0).backward()
+        return LossSums()
+
     def _all_reduce(self, params: list[Tensor], loss: float) -> float:
-        """Sum every gradient and the loss over ranks in one collective; returns the summed loss."""
+        """Sum every gradient and the loss over ranks in one collective; returns the summed loss. Sharded
+        (FSDP2) gradients were already summed by the backward's reduce-scatter: only the loss is."""
+        if self.sharded:
+            total = torch.tensor([loss], dtype=torch.float64)
+            torch.distributed.all_reduce(total)
+            return float(total)
         flat = torch.cat([p.grad.reshape(-1).float() for p in params] + [torch.tensor([loss])])
         torch.distributed.all_reduce(flat)
         offset = 0
@@ -266,20 +290,28 @@ class Learner:
 
     # ------------------------------------------------------------------ state, for weight sync and checkpoints
     def trainable_state(self) -> dict[str, Tensor]:
-        """The parameters the optimizer moves (all of them, or the LoRA adapters), on the CPU."""
-        return {n: p.detach().cpu().clone() for n, p in self.model.named_parameters() if p.requires_grad}
+        """The parameters the optimizer moves (all of them, or the LoRA adapters), whole, on the CPU. Sharded,
+        every rank must call it (the shards are gathered)."""
+        def whole(p):
+            return p.full_tensor() if hasattr(p, "full_tensor") else p
+        return {n: whole(p.detach()).cpu().clone() for n, p in self.model.named_parameters() if p.requires_grad}
 
     def state(self) -> dict:
-        return {"weights": self.trainable_state(), "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(), "version": self.version,
-                "generator": self.generator.get_state()}
+        """Weights, optimizer (keyed by parameter name, whole), schedule, version, RNG: what a checkpoint needs.
+        With several ranks every one calls it; the copies are identical."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+        optimizer = get_optimizer_state_dict(self.model, self.optimizer,
+                                             options=StateDictOptions(full_state_dict=True))
+        return {"weights": self.trainable_state(), "optimizer": optimizer, "scheduler": self.scheduler.state_dict(),
+                "version": self.version, "generator": self.generator.get_state()}
 
     @torch.no_grad()
     def load_state(self, state: dict) -> None:
-        params = dict(self.model.named_parameters())
-        for n, w in state["weights"].items():
-            params[n].copy_(w)
-        self.optimizer.load_state_dict(state["optimizer"])
+        from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
+                                                             set_optimizer_state_dict)
+        whole = StateDictOptions(full_state_dict=True, strict=False)
+        set_model_state_dict(self.model, state["weights"], options=whole)
+        set_optimizer_state_dict(self.model, self.optimizer, state["optimizer"], options=whole)
         self.scheduler.load_state_dict(state["scheduler"])
         self.version = state["version"]
         self.generator.set_state(state["generator"])

@@ -100,9 +100,9 @@ def test_empty_dataset_and_prompt_longer_than_the_context(tiny_dir, tmp_path):
         GRPOTrainer(tiny_dir, ok, _args(tmp_path), [])
     with pytest.raises(ValueError, match=r"dataset row 1 has no 'prompt' column; its columns: \['question'\]"):
         GRPOTrainer(tiny_dir, ok, _args(tmp_path), [{"prompt": "1+1="}, {"question": "2+2="}])
-    long = [{"prompt": "1+1=" * 200}]  # 800 tokens, the tiny model's context is 512
+    long = [{"prompt": "1+1=" * 2100}]  # 8,400 tokens, the tiny model's context is 8,192
     with pytest.raises(ValueError, match=r"prompt 0 has \d+ tokens; with max_completion_length 8 it exceeds "
-                                         r"the model's context of 512"):
+                                         r"the model's context of 8192"):
         GRPOTrainer(tiny_dir, ok, _args(tmp_path), long)
 
 

@@ -75,8 +75,7 @@ def ray_local():
 
 
 def _ray_children() -> list[str]:
-    procs = psutil.Process().children(recursive=True)
-    return [p.name() for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    return [p.name() for p in _ray_processes() if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
 
 def _gone(pids, timeout=20.0) -> bool:
@@ -297,11 +296,21 @@ def test_the_command_line_runs_the_distributed_path(tiny_dir, tmp_path, ray_loca
 
 
 def test_ray_listens_on_loopback_only(ray_local):
-    """Every socket the local Ray instance's processes listen on is bound to 127.0.0.1."""
+    """Every socket the local Ray instance's processes (GCS, raylet, agents, workers) listen on is bound to
+    127.0.0.1. Other children of the test process (trackers' services of earlier tests) are not Ray's."""
     assert [n["NodeManagerAddress"] for n in ray.nodes()] == ["127.0.0.1"]
-    listening = [c.laddr.ip for p in psutil.Process().children(recursive=True)
+    listening = [(p.name(), c.laddr.ip) for p in _ray_processes()
                  for c in _connections(p) if c.status == psutil.CONN_LISTEN]
-    assert listening and all(ip in ("127.0.0.1", "::ffff:127.0.0.1", "::1") for ip in listening), listening
+    assert listening and all(ip in ("127.0.0.1", "::ffff:127.0.0.1", "::1") for _, ip in listening), listening
+
+
+def _ray_processes() -> list:
+    def is_ray(p):
+        try:
+            return "ray" in " ".join(p.cmdline())
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            return False
+    return [p for p in psutil.Process().children(recursive=True) if is_ray(p)]
 
 
 def _connections(proc):

@@ -5,12 +5,11 @@ on 127.0.0.1, and the workers are spread over both by their placement group. Wit
 import os
 import time
 
-import psutil
 import pytest
 
 from aha.train.grpo import GRPOTrainer
 import test_dist
-from test_dist import PROMPTS, ScriptedEngine, _gone, _pids, args, digit_share
+from test_dist import PROMPTS, ScriptedEngine, _gone, _pids, _ray_children, args, digit_share
 
 ray = pytest.importorskip("ray")
 ray.cloudpickle.register_pickle_by_value(test_dist)  # a real cluster's nodes have no copy of the tests
@@ -33,10 +32,9 @@ def cluster_address():
     ray.shutdown()
     cluster.shutdown()
     deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and psutil.Process().children(recursive=True):
+    while time.monotonic() < deadline and _ray_children():
         time.sleep(0.2)
-    left = [p.name() for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
-    assert not left, left
+    assert not _ray_children(), _ray_children()
 
 
 def test_workers_spread_over_two_nodes_and_train(tiny_dir, tmp_path, cluster_address):

@@ -349,3 +349,11 @@ def test_sharded_learners_checkpoint_and_resume(tiny_dir, tmp_path, ray_local):
     a, b = _weights(full.model), _weights(resumed.model)
     update = torch.cat([(a[n] - start[n]).flatten() for n in a]).norm()
     assert torch.cat([(b[n] - a[n]).flatten() for n in a]).norm() < 1e-4 * update
+
+
+def test_workers_that_cannot_be_placed_fail_clearly_and_leave_nothing(tiny_dir, tmp_path, ray_local):
+    with pytest.raises(TimeoutError, match="could not place 12 one-CPU actors .* the cluster has 8 CPUs"):
+        GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], train_dataset=PROMPTS,
+                    args=args(tmp_path / "big", num_rollout_workers=12, dist_timeout=2))
+    groups = ray.util.placement_group_table().values()
+    assert all(g["state"] == "REMOVED" for g in groups), [g["state"] for g in groups]

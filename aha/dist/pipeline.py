@@ -55,23 +55,8 @@ class Pipeline:
     """Rollout workers, reward workers, learners and the scheduler between them (see the module doc)."""
 
     def __init__(self, trainer):
-        import ray
-        self.t, a = trainer, trainer.args
-        self.a = a
-        remote_learners = a.num_learners if a.num_learners > 1 else 0
-        bundles = a.num_rollout_workers + a.num_reward_workers + remote_learners
-        self.started_ray = cluster.connect(a.ray_address, bundles)
-        self.group = cluster.placement(bundles, a.placement_strategy, a.dist_timeout)
-        self.model_ref = model = ray.put(trainer.model)  # kept: Ray rebuilds a restarted actor from it
-        R, W = a.num_rollout_workers, a.num_reward_workers
-        self.rollout = [cluster.actor(RolloutWorker, self.group, i, a.max_worker_restarts).remote(
-            model, trainer.tokenizer, trainer.engine_factory, a) for i in range(R)]
-        self.reward = [cluster.actor(RewardWorker, self.group, R + i, a.max_worker_restarts).remote(
-            trainer.reward_funcs, a.reward_timeout) for i in range(W)]
-        total = a.optimizer_steps // a.max_steps * trainer.max_steps
-        self.learners = [cluster.actor(LearnerWorker, self.group, R + W + i, 0).remote(
-            a, model, trainer.tokenizer.pad_token_id, total) for i in range(remote_learners)]
-        self._join_learners()
+        self.t, self.a = trainer, trainer.args
+        self.rollout, self.reward, self.learners, self.group = [], [], [], None
         self.weights = (0, [None])    # (version, [ObjectRef]): version 0 is what every worker was built with
         self.version = 0
         self.stale = False            # the driver's model is behind the remote learners
@@ -79,6 +64,31 @@ class Pipeline:
         self.busy = {"rollout": 0.0, "reward": 0.0, "learner": 0.0, "sync_s": 0.0, "sync_bytes": 0.0}
         self.reissued = 0
         self.clock = time.perf_counter()
+        self.started_ray = cluster.connect(self.a.ray_address, self._bundles())
+        try:
+            self._start_workers()
+        except BaseException:  # nothing half-started outlives a failed set-up
+            self.close()
+            raise
+
+    def _bundles(self) -> int:
+        a = self.a
+        return a.num_rollout_workers + a.num_reward_workers + (a.num_learners if a.num_learners > 1 else 0)
+
+    def _start_workers(self) -> None:
+        import ray
+        t, a = self.t, self.a
+        R, W, L = a.num_rollout_workers, a.num_reward_workers, a.num_learners if a.num_learners > 1 else 0
+        self.group = cluster.placement(self._bundles(), a.placement_strategy, a.dist_timeout)
+        self.model_ref = model = ray.put(t.model)  # kept: Ray rebuilds a restarted actor from it
+        self.rollout = [cluster.actor(RolloutWorker, self.group, i, a.max_worker_restarts).remote(
+            model, t.tokenizer, t.engine_factory, a) for i in range(R)]
+        self.reward = [cluster.actor(RewardWorker, self.group, R + i, a.max_worker_restarts).remote(
+            t.reward_funcs, a.reward_timeout) for i in range(W)]
+        total = a.optimizer_steps // a.max_steps * t.max_steps
+        self.learners = [cluster.actor(LearnerWorker, self.group, R + W + i, 0).remote(
+            a, model, t.tokenizer.pad_token_id, total) for i in range(L)]
+        self._join_learners()
 
     def _join_learners(self) -> None:
         if not self.learners:
@@ -269,7 +279,9 @@ class Pipeline:
         for handle in self.rollout + self.reward + self.learners:
             ray.kill(handle, no_restart=True)
         self.rollout, self.reward, self.learners, self.pending = [], [], [], deque()
-        ray.util.remove_placement_group(self.group)
+        if self.group is not None:
+            ray.util.remove_placement_group(self.group)
+            self.group = None
         if self.started_ray:
             ray.shutdown()
             self.started_ray = False

@@ -74,7 +74,7 @@ class RolloutWorker(Identity):
         t0, (version, (ref,)), received = time.perf_counter(), weights, 0
         if version != self.engine.version:
             if ref is not None:
-                received = load_trainable(self.model, ray.get(ref))
+                received = load_trainable(self.model, ray.get(ref, timeout=self.args.dist_timeout))
             self.engine.update_weights(self.model, version)
         t1 = time.perf_counter()
         with autocast(self.args, self.model):
@@ -113,9 +113,10 @@ class LearnerWorker(Identity):
     def endpoint(self) -> str:
         """host:port where rank 0 takes the group's rendezvous (a port free on its node now)."""
         import ray
+        host = ray.util.get_node_ip_address()
         with socket.socket() as s:
-            s.bind(("", 0))
-            return f"{ray.util.get_node_ip_address()}:{s.getsockname()[1]}"
+            s.bind((host, 0))
+            return f"{host}:{s.getsockname()[1]}"
 
     def join(self, address: str, rank: int, world: int) -> int:
         torch.distributed.init_process_group("gloo", init_method=f"tcp://{address}", rank=rank, world_size=world,

@@ -12,6 +12,7 @@ of the whole process group. `SandboxResult.isolation` says which one ran; `AHA_S
 The verdict comes from a checker process that never runs model code (see `_sandbox_harness.py`)."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import marshal
@@ -160,7 +161,8 @@ def run_tests(program: str, steps: list[tuple[str, bool]], setup: list[str] = ()
                                         timeout=limits.timeout_s + STARTUP_GRACE_S)
         except subprocess.TimeoutExpired:
             _kill_group(proc)
-            out, err = proc.communicate()
+            with contextlib.suppress(subprocess.TimeoutExpired):  # a process that left the group may hold the pipes
+                proc.communicate(timeout=STARTUP_GRACE_S)
             return SandboxResult(0, total, "timeout", mode, time.monotonic() - start)
         finally:
             _kill_group(proc)  # anything left in the group (the fallback has no PID namespace to end)

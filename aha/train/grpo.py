@@ -250,7 +250,8 @@ class GRPOTrainer(Trainer):
                         "reward/std": ok.std().item() if len(ok) > 1 else float("nan"),
                         "reward/excluded_frac": 1 - len(ok) / len(batch.rewards)})
         if a.dynamic_sampling:
-            chosen = (keep + [g for g in range(len(batch.rows)) if g not in set(keep)])[:B]
+            kept = set(keep)
+            chosen = (keep + [g for g in range(len(batch.rows)) if g not in kept])[:B]
             metrics.update({"sampling/dropped_groups": float(len(batch.rows) - B), "sampling/rounds": float(rounds),
                             "sampling/groups": float(min(len(keep), B))})
             batch = batch.groups(chosen)

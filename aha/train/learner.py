@@ -290,11 +290,12 @@ class Learner:
 
     # ------------------------------------------------------------------ state, for weight sync and checkpoints
     def trainable_state(self) -> dict[str, Tensor]:
-        """The parameters the optimizer moves (all of them, or the LoRA adapters), whole, on the CPU. Sharded,
-        every rank must call it (the shards are gathered)."""
+        """The parameters the optimizer moves (all of them, or the LoRA adapters), whole, on the CPU: views of
+        the live weights on a CPU model (callers serialise or copy them; none keeps them across a step).
+        Sharded, every rank must call it (the shards are gathered)."""
         def whole(p):
             return p.full_tensor() if hasattr(p, "full_tensor") else p
-        return {n: whole(p.detach()).cpu().clone() for n, p in self.model.named_parameters() if p.requires_grad}
+        return {n: whole(p.detach()).cpu() for n, p in self.model.named_parameters() if p.requires_grad}
 
     def state(self) -> dict:
         """Weights, optimizer (keyed by parameter name, whole), schedule, version, RNG: what a checkpoint needs.

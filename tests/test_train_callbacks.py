@@ -193,28 +193,52 @@ def test_push_to_hub_uploads_the_saved_model(tiny_dir, tmp_path, monkeypatch):
 
 
 def test_bf16_mixed_precision_keeps_updates_that_bf16_weights_lose(tiny_dir, tmp_path):
-    """One AdamW step moves each weight by about the learning rate (m/sqrt(v) = sign(g) on the first step).
-    At lr 1e-5, far below bfloat16's spacing near these weights (2^-13 = 1.2e-4 at 0.02), bfloat16 weights
-    round the update away; bf16 mixed precision (float32 weights) keeps it, as float32 training does."""
+    """Four AdamW steps at lr 1e-5 move each weight by up to 4e-5 (|m/sqrt(v)| <= 1 per step, about 1 while the
+    gradient keeps its sign), far below bfloat16's spacing near these weights (2^-13 = 1.2e-4 at 0.02):
+    bfloat16 weights round every update away; bf16 mixed precision (float32 weights, bf16 forward) accumulates
+    them as float32 training does, weight by weight."""
     import torch
     from aha.config import SFTConfig
     from aha.train.sft import SFTTrainer
     rows = [{"prompt": f"{a}+1=", "completion": str(a + 1)} for a in range(16)]
-    lr = 1e-5
+    lr, steps = 1e-5, 4
 
     def delta(**kw):
-        cfg = SFTConfig(output_dir=str(tmp_path / "-".join(map(str, kw.values()))), max_steps=1, learning_rate=lr,
+        cfg = SFTConfig(output_dir=str(tmp_path / "-".join(map(str, kw.values()))), max_steps=steps, learning_rate=lr,
                         per_device_train_batch_size=16, progress_bar=False, report_to=["none"], **kw)
         t = SFTTrainer(model=tiny_dir, args=cfg, train_dataset=rows)
         w = t.model.model.layers[0].mlp.up_proj.weight
         before = w.detach().float().clone()
         t.train()
-        return (w.detach().float() - before).abs()
+        return w.detach().float() - before
 
     mixed, full, bf16_weights = delta(bf16=True), delta(dtype="float32"), delta(dtype="bfloat16")
-    def got_update(moved):  # share of weights that moved by lr (to float32 rounding of w + lr, 2e-9 near 0.05)
-        return ((moved - lr).abs() < 0.01 * lr).float().mean().item()
+    assert full.abs().max() <= steps * lr * 1.05 and full.abs().median() > 0.5 * steps * lr  # the updates are real
+    # mixed precision lands the float32 run's updates: within 5% of lr for 95% of the weights (the rest are
+    # weights whose tiny gradient the bf16 forward moved enough to change Adam's step), 10% overall
+    close = ((mixed - full).abs() < 0.05 * lr).float().mean().item()
+    assert close > 0.95, close
+    assert ((mixed - full).norm() / full.norm()).item() < 0.1
+    assert (bf16_weights == 0).float().mean() > 0.5  # rounded away
+    assert ((bf16_weights - full).norm() / full.norm()).item() > 0.5
 
-    assert got_update(mixed) > 0.99 and got_update(full) > 0.99
-    assert got_update(bf16_weights) < 0.01  # rounded away, or (weights near 0) rounded to a bf16 step, not lr
-    assert (bf16_weights == 0).float().mean() > 0.5
+
+def test_updates_inside_one_autocast_context_see_the_new_weights():
+    """autocast caches a weight's bf16 copy until its outermost context exits; a GRPO step runs several
+    optimizer steps inside one. After optimizer_step the next forward must use the updated weights."""
+    import torch
+    from aha.config import SFTConfig
+    from aha.train.loop import optimizer_step
+    torch.manual_seed(0)
+    lin, x = torch.nn.Linear(8, 8), torch.randn(4, 8)
+    opt = torch.optim.SGD(lin.parameters(), lr=1.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y1 = lin(x)
+        y1.float().square().sum().backward()
+        optimizer_step(SFTConfig(output_dir="unused", max_grad_norm=0), lin, opt, sched)
+        y2 = lin(x)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y3 = lin(x)  # a fresh context: certainly the new weights
+    assert (y2 - y1).abs().max() > 0.1
+    assert torch.equal(y2, y3)

@@ -141,6 +141,9 @@ def optimizer_step(cfg: TrainConfig, model, opt, sched, loss: float = 0.0,
     opt.step()
     sched.step()
     opt.zero_grad(set_to_none=False)
+    # autocast caches each weight's bf16/fp16 copy until its outermost context exits, and a GRPO step runs
+    # several updates inside one: without this, the next minibatch's forward would see the old weights
+    torch.clear_autocast_cache()
     return norm
 
 

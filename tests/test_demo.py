@@ -45,3 +45,25 @@ def test_aha_examples_lists_and_copies_the_shipped_configs(tmp_path, capsys):
     assert main(["examples", str(tmp_path / "ex")]) == 0
     assert (tmp_path / "ex" / "grpo_arithmetic.yaml").is_file()
     assert main(["examples", str(tmp_path / "ex")]) == 2  # never overwrites
+
+
+def test_cold_start_ends_at_its_target_accuracy(tmp_path):
+    """The demo's SFT stops at the first check whose dev accuracy reaches sft_target, not at sft_steps."""
+    from aha.config import SFTConfig
+    from aha.demo import StopAtAccuracy
+    from aha.models.tiny import make_tiny
+    from aha.tasks import get_task, task_corpus
+    from aha.train.sft import SFTTrainer
+    rows = get_task("arithmetic").load("train", 64)
+    model = make_tiny(tmp_path / "base", task_corpus(rows), size="tiny")
+    seen = []
+
+    def dev_accuracy(model, tokenizer):  # 0.1, 0.2, 0.3, ... at successive checks (step 0 is checked too)
+        seen.append(len(seen) / 10)
+        return {"accuracy": seen[-1]}
+
+    args = SFTConfig(output_dir=str(tmp_path / "sft"), model=str(model), max_steps=40, eval_steps=2,
+                     per_device_train_batch_size=4, progress_bar=False, report_to=["none"])
+    trainer = SFTTrainer(args=args, train_dataset=rows, eval_fn=dev_accuracy, callbacks=[StopAtAccuracy(0.25)])
+    trainer.train()
+    assert trainer.step_count == 6 and seen == [0.0, 0.1, 0.2, 0.3]  # checks at steps 0, 2, 4, 6

@@ -170,3 +170,24 @@ def test_dtype_auto_is_bfloat16_only_where_native(monkeypatch):
     assert load.resolve_dtype("auto", "cpu") == torch.float32
     monkeypatch.setattr(load, "native_bf16", lambda device=None: True)
     assert load.resolve_dtype("auto", "cpu") == torch.bfloat16 and load.resolve_dtype("float16") == torch.float16
+
+
+def test_dtype_auto_trains_float32_weights_with_a_bf16_forward_only_where_native(monkeypatch, tmp_path):
+    """auto never trains bfloat16 weights (whose small updates are lost): mixed precision where the CPU or GPU
+    computes bfloat16 natively, plain float32 elsewhere."""
+    import torch
+    from aha.config import SFTConfig
+    from aha.models import load
+    from aha.train.loop import autocast
+    native = load.native_bf16("cpu")
+    assert load.training_precision("auto", False, "cpu") == ("float32", native)
+    assert load.training_precision("bfloat16", False, "cpu") == ("bfloat16", False)
+    assert load.training_precision("float32", True, "cpu") == ("float32", True)
+    cfg, model = SFTConfig(output_dir=str(tmp_path), dtype="auto"), torch.nn.Linear(2, 2)
+    monkeypatch.setattr(load, "native_bf16", lambda device=None: True)
+    with autocast(cfg, model):
+        assert torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
+    monkeypatch.setattr(load, "native_bf16", lambda device=None: False)
+    assert load.training_precision("auto", False, "cpu") == ("float32", False)
+    with autocast(cfg, model):
+        assert not torch.is_autocast_enabled("cpu")

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from aha.data import is_conversational
-from aha.tasks.chat import OPERATIONS, TEST_SIZE
+from aha.tasks.chat import OPERATIONS, STEPS_EXAMPLE, TEST_SIZE
 from aha.tasks import get_task
 
-TASKS = ["chat_add", "chat_sub"]
+TASKS = ["chat_add", "chat_sub", "chat_mul", "chat_max", "chat_next", "chat_steps"]
 
 
-def numbers(row: dict) -> tuple[int, int]:
-    a, _, b = row["question"].split()
-    return int(a), int(b)
+def numbers(row: dict) -> tuple[int, ...]:
+    """The problem's numbers, read back from its id ("test/23+41" -> (23, 41); steps: a, b, c, order)."""
+    return tuple(map(int, re.findall(r"\d+", row["id"])))
 
 
 @pytest.mark.parametrize("name", TASKS)
@@ -22,27 +24,38 @@ def test_splits_are_disjoint_and_cover_every_problem(name):
     op = OPERATIONS[name.removeprefix("chat_")]
     train = task.load("train")
     test = task.load("test", n=len(op.problems()) - len(train))  # the whole test split
-    def problem(row):  # 3 + 7 and 7 + 3 are one problem; 7 - 3 and 3 - 7 are not
-        a, b = numbers(row)
-        return (min(a, b), max(a, b)) if name == "chat_add" else (a, b)
-    assert not {problem(r) for r in train} & {problem(r) for r in test}
+    assert not {op.key(*numbers(r)) for r in train} & {op.key(*numbers(r)) for r in test}  # 3 + 7 with 7 + 3
     assert len(train) + len(test) == len(op.problems())
     assert len({r["id"] for r in train + test}) == len(op.problems())
     assert 0.15 < len(test) / len(op.problems()) < 0.35  # TEST_PERCENT = 25, by hash
+
+
+ANSWERS = {"chat_add": lambda a, b: a + b, "chat_sub": lambda a, b: a - b, "chat_mul": lambda a, b: a * b,
+           "chat_max": max, "chat_next": lambda a: a + 1, "chat_steps": lambda a, b, c: a + b - c}
+ASKED = {"chat_add": "What is {} + {}?", "chat_sub": "What is {} - {}?", "chat_mul": "What is {} times {}?",
+         "chat_max": "Which number is larger, {} or {}?", "chat_next": "What number comes right after {}?"}
 
 
 @pytest.mark.parametrize("name", TASKS)
 def test_rows_are_chat_prompts_with_right_answers(name):
     task = get_task(name)
     rows = task.load("test")
-    assert len(rows) == TEST_SIZE >= 200
+    whole = len(OPERATIONS[name.removeprefix("chat_")].problems()) - len(task.load("train"))
+    assert len(rows) == min(TEST_SIZE, whole) >= 200  # all of a smaller test split
     assert rows == task.load("test")  # deterministic
     assert rows != task.load("test", seed=1)  # the seed reorders
     for r in rows:
         assert is_conversational(r["prompt"]) and r["prompt"][-1]["role"] == "user"
-        a, b = numbers(r)
-        assert f"What is {a} {OPERATIONS[name[5:]].symbol} {b}?" in r["prompt"][-1]["content"]
-        assert int(r["answer"]) == (a + b if name == "chat_add" else a - b) >= 0
+        nums, text = numbers(r), r["prompt"][-1]["content"]
+        assert int(r["answer"]) == ANSWERS[name](*nums) >= 0
+        if name == "chat_steps":
+            a, b, c = nums
+            assert text.startswith(STEPS_EXAMPLE)
+            text = text[len(STEPS_EXAMPLE):]  # the question itself
+            assert f" has {a} " in text
+            assert f" gets {b} more " in text and text.index(f"gets {b} more") < text.index(f"gives {c} away")
+        else:
+            assert ASKED[name].format(*nums) in text and text.endswith("Answer with just the number.")
 
 
 def test_bad_split_and_size_are_errors():

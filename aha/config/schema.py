@@ -55,8 +55,9 @@ class TrainConfig:
     model: str = ""
     """Policy model: hub id in the local cache, local directory, or a known short name."""
     dtype: DType = "float32"
-    """Weights dtype (all of training happens in it; for mixed precision keep float32 and set bf16);
-    auto: bfloat16 where the device computes it natively, float32 elsewhere."""
+    """Weights dtype (all of training happens in it; for mixed precision keep float32 and set bf16).
+    auto: in training, bf16 mixed precision (float32 weights, bfloat16 forward) where the device computes
+    bfloat16 natively and float32 elsewhere; in evaluation and sampling, bfloat16 weights where native."""
     bf16: bool = False
     """Mixed precision as in TRL/transformers: forward passes under torch.autocast to bfloat16, weights and
     optimizer state in `dtype`. Fast where the CPU or GPU computes bfloat16 natively."""
@@ -534,13 +535,18 @@ class DemoConfig:
     immune to oversubscription when the machine is shared)."""
     sft_examples: int = 2000
     """Worked solutions used for the cold start (a small set keeps the model imperfect)."""
-    sft_steps: int = 200
-    """SFT optimizer steps."""
+    sft_steps: int = 400
+    """Most SFT optimizer steps (the cold start usually ends earlier, at sft_target)."""
+    sft_target: float = 0.25
+    """End the cold start once greedy accuracy on 100 dev problems (train split, trained on by neither stage)
+    reaches this (0: run all sft_steps)."""
+    sft_check_every: int = 10
+    """Check the dev accuracy every this many SFT steps."""
     sft_lr: float = 3e-3
     """SFT learning rate."""
     sft_batch: int = 32
     """SFT batch size."""
-    grpo_steps: int = 60
+    grpo_steps: int = 120
     """GRPO steps."""
     grpo_lr: float = 5e-4
     """GRPO learning rate."""
@@ -556,6 +562,12 @@ class DemoConfig:
     """Held-out problems used for the in-training curve."""
     progress_bar: bool = True
     """Show progress bars."""
+
+    def __post_init__(self):
+        require_all(self, {
+            "sft_target": (lambda v: 0 <= v <= 1, "in [0, 1]"),
+            **{k: (at_least_one, ">= 1") for k in ("sft_steps", "sft_check_every", "sft_batch", "grpo_steps",
+                                                    "prompts_per_step", "num_generations", "eval_problems")}})
 
 
 @checked

@@ -40,6 +40,16 @@ def resolve_dtype(dtype: str, device: str | None = None) -> torch.dtype:
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype '{dtype}'; valid: {sorted(DTYPES)} or auto")
     return DTYPES[dtype]
+def training_precision(dtype: str, bf16: bool, device: str | None = None) -> tuple[str, bool]:
+    """(weights dtype, bf16 autocast) for training. `auto` is bf16 mixed precision where the device computes
+    bfloat16 natively (float32 weights and optimizer state, forward passes in bfloat16, as TRL's bf16=true)
+    and plain float32 elsewhere, so an update smaller than a weight's bfloat16 spacing is never lost. Only an
+    explicit dtype=bfloat16 trains bfloat16 weights (half the memory; such updates are rounded away)."""
+    if dtype == "auto":
+        return "float32", bf16 or native_bf16(device)
+    return dtype, bf16
+
+
 SAFE_WEIGHTS = "model.safetensors"
 """The single-file weights name transformers writes and reads."""
 
@@ -114,7 +124,8 @@ def setup_model(cfg, model=None, tokenizer=None, peft_config=None):
         if not name:
             raise ValueError("no model given: pass model=... or set `model` in the config")
         tokenizer = tokenizer or load_tokenizer(name)
-        model = load_model(name, cfg.dtype, cfg.attn_implementation, cfg.gradient_checkpointing)
+        model = load_model(name, training_precision(cfg.dtype, cfg.bf16)[0], cfg.attn_implementation,
+                           cfg.gradient_checkpointing)
     elif tokenizer is None:
         raise ValueError("a model object needs its tokenizer: pass processing_class=...")
     ensure_pad_token(tokenizer)

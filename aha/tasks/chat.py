@@ -1,12 +1,19 @@
-"""Two-number arithmetic asked in plain words, for small instruct models such as SmolLM2-135M-Instruct.
+"""Small arithmetic asked in plain words, for small instruct models such as SmolLM2-135M-Instruct.
 
-`chat_add`: "What is 23 + 41? Answer with just the number."   a, b in 0..50
-`chat_sub`: "What is 41 - 23? Answer with just the number."   0 <= b <= a <= 50
+`chat_add`:  "What is 23 + 41? Answer with just the number."            a, b in 0..50 (the trained task)
+`chat_sub`:  "What is 41 - 23? Answer with just the number."            0 <= b <= a <= 50
+`chat_mul`:  "What is 17 times 8? Answer with just the number."         a in 2..99, b in 2..9
+`chat_max`:  "Which number is larger, 23 or 41? Answer with just ..."   a != b in 0..99
+`chat_next`: "What number comes right after 379? Answer with just ..."  a in 0..999
+`chat_steps`: a two-step word problem, "Mia has 14 pens. Mia gets 6 more pens, then gives 8 away. How
+many pens does Mia have now?", after one worked example in the prompt ("15 + 2 = 17. 17 - 3 = 14.
+Answer: 14"): the model must carry an intermediate result through a second step.
 
 Prompts are chat messages (the model's own chat template renders them) and the reply is free text: the
 verifier is `math_reward`, which takes the final number of the reply ("23 + 41 = 64" -> 64). The base model
-is right on about a quarter of these (greedy), far from the ceiling, so GRPO has something to sharpen; the
-two tasks are the same kind, so one can be trained while the other shows what is lost or gained.
+is right on a sixth to two thirds of each (greedy), far from the ceiling, so GRPO has something to sharpen.
+Train one and the others are control tasks of other kinds (subtraction, times tables, comparison, counting,
+a two-step problem) that show what the training cost or gave.
 A problem's split is fixed by a hash of its text, with `a + b` and `b + a` on the same side, so no held-out
 sum is ever trained on in either order.
 """
@@ -21,37 +28,69 @@ from .base import Task, extract_math_answer, math_answer_reward, register_task, 
 
 INSTRUCTION = "Answer with just the number."
 TEST_PERCENT = 25
-"""Share of the problems held out (by hash): about 330 of the 1,326 add pairs, 330 of the 1,326 differences."""
+"""Share of the problems held out (by hash)."""
 TEST_SIZE = 300
-"""Held-out problems evaluated by default: enough that one point of accuracy is three problems."""
+"""Held-out problems evaluated by default (all of a smaller test split): one point of accuracy is three problems."""
 MAX_OPERAND = 50
+
+NAMES = ("Sam", "Mia", "Tom", "Ava", "Leo", "Zoe", "Ben", "Lily")
+THINGS = ("apples", "pens", "coins", "stickers", "marbles", "books")
+STEPS_EXAMPLE = ("Example: Tom has 15 apples. Tom gets 2 more apples, then gives 3 away. How many apples does "
+                 "Tom have now?\n15 + 2 = 17. 17 - 3 = 14. Answer: 14\n\n")
+"""The one worked example chat_steps shows before its question: the reply's shape, not its numbers."""
 
 
 @dataclass(frozen=True)
 class Operation:
     symbol: str
-    apply: Callable[[int, int], int]
-    problems: Callable[[], list[tuple[int, int]]]
-    """Every (a, b) the task asks about."""
+    apply: Callable[..., int]
+    problems: Callable[[], list[tuple[int, ...]]]
+    """Every tuple of numbers the task asks about."""
     commutative: bool
+    ask: Callable[..., str] | None = None
+    """The question for these numbers (default: "What is a <symbol> b? Answer with just the number.")."""
+    max_completion_length: int = 24
 
-    def key(self, a: int, b: int) -> str:
+    def key(self, *nums: int) -> str:
         """The text that decides the split; a commutative pair shares one key: key(7, 3) == key(3, 7) for +."""
         if self.commutative:
-            a, b = min(a, b), max(a, b)
-        return f"{a}{self.symbol}{b}"
+            nums = tuple(sorted(nums))
+        return self.symbol.join(map(str, nums))
+
+    def show(self, *nums: int) -> str:
+        """The problem in short: "23 + 41", "17 times 8", "after 379", "14 + 6 - 8"."""
+        if self.symbol == "next":
+            return f"after {nums[0]}"
+        if len(nums) == 3:
+            return f"{nums[0]} + {nums[1]} - {nums[2]}"
+        return f"{nums[0]} {self.symbol.strip() if self.symbol != '*' else 'times'} {nums[1]}"
+
+    def question(self, *nums: int) -> str:
+        return self.ask(*nums) if self.ask else f"What is {nums[0]} {self.symbol} {nums[1]}? {INSTRUCTION}"
 
 
+def steps_question(a: int, b: int, c: int) -> str:
+    """A two-step word problem whose answer is a + b - c."""
+    name, things = NAMES[(a + 3 * b) % len(NAMES)], THINGS[(b + 5 * c) % len(THINGS)]
+    return (f"{STEPS_EXAMPLE}{name} has {a} {things}. {name} gets {b} more {things}, then gives {c} away. "
+            f"How many {things} does {name} have now?")
+
+
+PAIRS = lambda hi, lo=0: [(a, b) for a in range(lo, hi + 1) for b in range(lo, hi + 1)]  # noqa: E731
 OPERATIONS = {
-    "add": Operation("+", lambda a, b: a + b,
-                     lambda: [(a, b) for a in range(MAX_OPERAND + 1) for b in range(MAX_OPERAND + 1)], True),
+    "add": Operation("+", lambda a, b: a + b, lambda: PAIRS(MAX_OPERAND), True),
     "sub": Operation("-", lambda a, b: a - b,
                      lambda: [(a, b) for a in range(MAX_OPERAND + 1) for b in range(a + 1)], False),
+    "mul": Operation("*", lambda a, b: a * b, lambda: [(a, b) for a in range(2, 100) for b in range(2, 10)], False,
+                     ask=lambda a, b: f"What is {a} times {b}? {INSTRUCTION}"),
+    "max": Operation(" or ", max, lambda: [(a, b) for a, b in PAIRS(99) if a != b], True,
+                     ask=lambda a, b: f"Which number is larger, {a} or {b}? {INSTRUCTION}"),
+    "next": Operation("next", lambda a: a + 1, lambda: [(a,) for a in range(1000)], False,
+                      ask=lambda a: f"What number comes right after {a}? {INSTRUCTION}"),
+    "steps": Operation("_", lambda a, b, c: a + b - c,
+                       lambda: [(a, b, c) for a in range(10, 30) for b in range(1, 10) for c in range(1, 10)],
+                       False, ask=steps_question, max_completion_length=48),
 }
-
-
-def question(op: Operation, a: int, b: int) -> str:
-    return f"What is {a} {op.symbol} {b}? {INSTRUCTION}"
 
 
 def make_rows(name: str, split: str, n: int | None = None, seed: int = 0) -> list[dict]:
@@ -60,20 +99,24 @@ def make_rows(name: str, split: str, n: int | None = None, seed: int = 0) -> lis
     if split not in ("train", "test"):
         raise ValueError(f"unknown split '{split}'; valid: ['test', 'train']")
     op = OPERATIONS[name]
-    pairs = [(a, b) for a, b in op.problems() if split_of(op.key(a, b), TEST_PERCENT) == split]
-    random.Random(f"chat_{name}-{split}-{seed}").shuffle(pairs)
-    n = n if n is not None else (TEST_SIZE if split == "test" else len(pairs))
-    if not 0 < n <= len(pairs):
-        raise ValueError(f"asked for {n} {split} problems of chat_{name}; the split has {len(pairs)}")
-    return [{"prompt": [{"role": "user", "content": question(op, a, b)}], "answer": str(op.apply(a, b)),
-             "question": f"{a} {op.symbol} {b}", "id": f"{split}/{a}{op.symbol}{b}"} for a, b in pairs[:n]]
+    problems = [p for p in op.problems() if split_of(op.key(*p), TEST_PERCENT) == split]
+    random.Random(f"chat_{name}-{split}-{seed}").shuffle(problems)
+    n = n if n is not None else (min(TEST_SIZE, len(problems)) if split == "test" else len(problems))
+    if not 0 < n <= len(problems):
+        raise ValueError(f"asked for {n} {split} problems of chat_{name}; the split has {len(problems)}")
+    return [{"prompt": [{"role": "user", "content": op.question(*p)}], "answer": str(op.apply(*p)),
+             "question": op.show(*p),
+             "id": f"{split}/{op.symbol.join(map(str, p))}"} for p in problems[:n]]
 
 
-for _name, _desc in (("add", "a + b, a and b in 0..50"), ("sub", "a - b, 0 <= b <= a <= 50")):
+DESCRIPTIONS = {"add": "a + b, a and b in 0..50", "sub": "a - b, 0 <= b <= a <= 50", "mul": "a times b, a in 2..99, b in 2..9",
+                "max": "the larger of two numbers in 0..99", "next": "the number after a, a in 0..999",
+                "steps": "two-step word problem (a + b - c) after one worked example"}
+for _name, _desc in DESCRIPTIONS.items():
     register_task(Task(
         name=f"chat_{_name}",
         load=lambda split, n=None, seed=0, _name=_name: make_rows(_name, split, n, seed),
         rewards=lambda: [math_answer_reward()], correct=math_answer_reward, extract=extract_math_answer, reward_weights=[1.0],
-        max_completion_length=24,
+        max_completion_length=OPERATIONS[_name].max_completion_length,
         description=f"{_desc}, asked in words as a chat prompt; the reply's final number is checked",
     ))

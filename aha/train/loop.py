@@ -226,13 +226,16 @@ class StreamSampler:
 
 
 def autocast(cfg: TrainConfig, model):
-    """The mixed-precision context of forward passes (bf16/fp16 mixed precision), or a no-op."""
-    if not (cfg.bf16 or cfg.fp16):
-        return contextlib.nullcontext()
+    """The mixed-precision context of forward passes (bf16/fp16 mixed precision, or dtype=auto on a device with
+    native bfloat16), or a no-op."""
+    from ..models.load import training_precision
     device = next(model.parameters()).device.type
+    bf16 = cfg.bf16 if cfg.fp16 else training_precision(cfg.dtype, cfg.bf16, device)[1]
+    if not (bf16 or cfg.fp16):
+        return contextlib.nullcontext()
     if cfg.fp16 and device != "cuda":
         raise ValueError("fp16 mixed precision needs a CUDA device; on a CPU use bf16=true")
-    return torch.autocast(device, dtype=torch.bfloat16 if cfg.bf16 else torch.float16)
+    return torch.autocast(device, dtype=torch.bfloat16 if bf16 else torch.float16)
 
 
 class Trainer(abc.ABC):

@@ -1,0 +1,75 @@
+"""What training cost or gave: greedy held-out accuracy of a base model and trained models on several tasks.
+
+    .venv/bin/python benchmarks/skills.py smollm2-135m-instruct runs/grpo_smollm2/model
+    .venv/bin/python benchmarks/skills.py BASE TRAINED --tasks chat_add chat_sub chat_mul --dtype bfloat16
+
+The first model is the reference. For every task and model: accuracy with its Wilson 95% interval, and for
+each later model the change on the same problems with its paired bootstrap 95% interval, called "gain" or
+"fell" only when that interval excludes 0 ("=" otherwise). Evaluated greedy, in `--dtype` (float32 by default,
+whatever dtype trained the model), on each task's held-out split. Writes the table and a JSON next to it
+when --out is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+
+TASKS = ["chat_add", "chat_sub", "chat_mul", "chat_max", "chat_next", "chat_steps"]
+
+
+def accuracy_table(models: list[str], tasks: list[str], dtype: str = "float32", batch_size: int = 256) -> tuple[str, dict]:
+    from aha.eval import evaluate
+    from aha.models import load_model, load_tokenizer
+    from aha.stats import paired_gain
+    from aha.tasks import get_task
+    results: dict = {}
+    for m in models:
+        model, tok = load_model(m, dtype), load_tokenizer(m)
+        for name in tasks:
+            task = get_task(name)
+            t0 = time.perf_counter()
+            summary, records = evaluate(model, tok, task, task.load("test"), batch_size=batch_size)
+            results.setdefault(name, {})[m] = {"accuracy": summary["accuracy"], "ci95": summary["accuracy_ci95"],
+                                               "correct": [float(r["greedy_correct"]) for r in records],
+                                               "seconds": round(time.perf_counter() - t0, 1)}
+    head = "| task | n | " + " | ".join(models) + " |\n|---|---|" + "---|" * len(models) + "\n"
+    lines = []
+    for name, per in results.items():
+        ref = per[models[0]]
+        cells = [f"{ref['accuracy']:.1%} [{ref['ci95'][0]:.1%}, {ref['ci95'][1]:.1%}]"]
+        for m in models[1:]:
+            r = per[m]
+            change, ci = paired_gain(ref["correct"], r["correct"])
+            r["change"], r["change_ci95"] = change, list(ci)
+            verdict = "gain" if ci[0] > 0 else "fell" if ci[1] < 0 else "="
+            cells.append(f"{r['accuracy']:.1%} [{r['ci95'][0]:.1%}, {r['ci95'][1]:.1%}]; "
+                         f"{100 * change:+.1f} [{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}] {verdict}")
+        lines.append(f"| {name} | {len(ref['correct'])} | " + " | ".join(cells) + " |")
+    return head + "\n".join(lines) + "\n", results
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("models", nargs="+", help="the reference (base) first, then trained models")
+    ap.add_argument("--tasks", nargs="+", default=TASKS)
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", help="write skills.md and skills.json into this directory")
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    table, results = accuracy_table(a.models, a.tasks, a.dtype)
+    print(table)
+    if a.out:
+        out = Path(a.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "skills.md").write_text(table)
+        (out / "skills.json").write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()

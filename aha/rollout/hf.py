@@ -13,6 +13,8 @@ other causal LM through `model(...)` and transformers' growing DynamicCache.
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 from torch import Tensor
 
@@ -92,6 +94,8 @@ class LayerCache:
         self.blocked = torch.finfo(param.dtype).min
         self.bias = torch.zeros((P, cap), dtype=param.dtype, device=mask.device)  # [m,cap] additive key mask
         self.bias[:, :L].masked_fill_(~mask.bool(), self.blocked)
+        layer_args = inspect.signature(type(self.decoder.layers[0]).forward).parameters
+        self.cache_arg = "cache" if "cache" in layer_args else "past_key_values"  # renamed in transformers 5.2x
 
     @staticmethod
     def supports(model, total_len: int) -> bool:
@@ -124,8 +128,8 @@ class LayerCache:
         h = self.decoder.embed_tokens(ids)
         rotary = self.decoder.rotary_emb(h, pos)
         for layer in self.decoder.layers:
-            h = layer(h, attention_mask=bias, position_ids=pos, past_key_values=self,
-                      use_cache=True, position_embeddings=rotary)
+            h = layer(h, attention_mask=bias, position_ids=pos, use_cache=True, position_embeddings=rotary,
+                      **{self.cache_arg: self})
             h = h[0] if isinstance(h, tuple) else h
         self.end = end
         return self.lm.lm_head(self.decoder.norm(h[:, -1])).float()

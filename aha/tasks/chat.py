@@ -49,6 +49,8 @@ class Operation:
     commutative: bool
     ask: Callable[..., str] | None = None
     """The question for these numbers (default: "What is a <symbol> b? Answer with just the number.")."""
+    label: Callable[..., str] | None = None
+    """The problem in short, the `question` column (default: "a <symbol> b")."""
     max_completion_length: int = 24
 
     def key(self, *nums: int) -> str:
@@ -58,12 +60,7 @@ class Operation:
         return self.symbol.join(map(str, nums))
 
     def show(self, *nums: int) -> str:
-        """The problem in short: "23 + 41", "17 times 8", "after 379", "14 + 6 - 8"."""
-        if self.symbol == "next":
-            return f"after {nums[0]}"
-        if len(nums) == 3:
-            return f"{nums[0]} + {nums[1]} - {nums[2]}"
-        return f"{nums[0]} {self.symbol.strip() if self.symbol != '*' else 'times'} {nums[1]}"
+        return self.label(*nums) if self.label else f"{nums[0]} {self.symbol} {nums[1]}"
 
     def question(self, *nums: int) -> str:
         return self.ask(*nums) if self.ask else f"What is {nums[0]} {self.symbol} {nums[1]}? {INSTRUCTION}"
@@ -83,13 +80,14 @@ OPERATIONS = {
                      lambda: [(a, b) for a in range(MAX_OPERAND + 1) for b in range(a + 1)], False),
     "mul": Operation("*", lambda a, b: a * b, lambda: [(a, b) for a in range(2, 100) for b in range(2, 10)], False,
                      ask=lambda a, b: f"What is {a} times {b}? {INSTRUCTION}"),
-    "max": Operation(" or ", max, lambda: [(a, b) for a, b in PAIRS(99) if a != b], True,
-                     ask=lambda a, b: f"Which number is larger, {a} or {b}? {INSTRUCTION}"),
-    "next": Operation("next", lambda a: a + 1, lambda: [(a,) for a in range(1000)], False,
-                      ask=lambda a: f"What number comes right after {a}? {INSTRUCTION}"),
+    "max": Operation("|", max, lambda: [(a, b) for a, b in PAIRS(99) if a != b], True,
+                     ask=lambda a, b: f"Which number is larger, {a} or {b}? {INSTRUCTION}",
+                     label=lambda a, b: f"{a} or {b}"),
+    "next": Operation("", lambda a: a + 1, lambda: [(a,) for a in range(1000)], False,
+                      ask=lambda a: f"What number comes right after {a}? {INSTRUCTION}", label=lambda a: f"after {a}"),
     "steps": Operation("_", lambda a, b, c: a + b - c,
                        lambda: [(a, b, c) for a in range(10, 30) for b in range(1, 10) for c in range(1, 10)],
-                       False, ask=steps_question, max_completion_length=48),
+                       False, ask=steps_question, label=lambda a, b, c: f"{a} + {b} - {c}", max_completion_length=48),
 }
 
 

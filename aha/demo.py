@@ -36,7 +36,6 @@ def run_demo(cfg: DemoConfig) -> dict:
     from .models.tiny import make_tiny
     from .tasks import get_task, task_corpus
     from .train.grpo import GRPOTrainer
-    from .train.sft import SFTTrainer
 
     t0 = time.perf_counter()
     torch.set_num_threads(cfg.threads)
@@ -50,19 +49,8 @@ def run_demo(cfg: DemoConfig) -> dict:
     # 1. a model built in code, tokenizer trained on the task's own text
     base = make_tiny(out / "base", task_corpus(train), size=cfg.size, seed=cfg.seed)
 
-    # 2. cold-start SFT on a few worked solutions, until greedy accuracy on dev problems (from the train
-    # split, never trained on) reaches sft_target: a tiny model's accuracy jumps within tens of steps at a
-    # point that moves with the seed, so a fixed step count starts GRPO anywhere from 10% to 45%
-    dev, grpo_prompts = train[cfg.sft_examples:cfg.sft_examples + DEV_PROBLEMS], train[cfg.sft_examples + DEV_PROBLEMS:]
-    sft_args = SFTConfig(output_dir=str(out / "sft"), model=str(base), learning_rate=cfg.sft_lr,
-                         max_steps=cfg.sft_steps, per_device_train_batch_size=cfg.sft_batch,
-                         warmup_steps=10, seed=cfg.seed, progress_bar=cfg.progress_bar, report_to=["jsonl"],
-                         eval_steps=cfg.sft_check_every if cfg.sft_target else 0,
-                         overwrite_output_dir=True)  # the demo owns its output_dir: a second run replaces the first
-    sft = SFTTrainer(args=sft_args, train_dataset=train[:cfg.sft_examples], eval_fn=make_eval_fn(task, dev),
-                     callbacks=[StopAtAccuracy(cfg.sft_target)] if cfg.sft_target else None)
-    sft.train()
-    sft_dir = sft.save_model()
+    # 2. cold-start SFT on a few worked solutions
+    sft_dir, sft_steps = cold_start(cfg, out, base, task, train)
 
     def held_out(model_dir: Path) -> dict:
         model, tok = load_model(str(model_dir)), load_tokenizer(str(model_dir))
@@ -71,7 +59,7 @@ def run_demo(cfg: DemoConfig) -> dict:
 
     before = held_out(sft_dir)
 
-    # 3. GRPO from the SFT checkpoint, through the public trainer API
+    # 3. GRPO from the SFT checkpoint, through the public trainer API, on train problems SFT never saw
     G = cfg.num_generations
     grpo_args = GRPOConfig(
         output_dir=str(out / "grpo"), learning_rate=cfg.grpo_lr, max_steps=cfg.grpo_steps,
@@ -81,14 +69,33 @@ def run_demo(cfg: DemoConfig) -> dict:
         reward_weights=task.reward_weights, eval_steps=cfg.eval_every, seed=cfg.seed,
         log_completions_steps=0, progress_bar=cfg.progress_bar, overwrite_output_dir=True)
     trainer = GRPOTrainer(model=str(sft_dir), reward_funcs=task.rewards(), args=grpo_args,
-                          train_dataset=grpo_prompts,
+                          train_dataset=train[cfg.sft_examples + DEV_PROBLEMS:],
                           eval_fn=make_eval_fn(task, test[:cfg.eval_during]))
     trainer.train()
     grpo_dir = trainer.save_model()
     after = held_out(grpo_dir)
 
     # 4. what a person looks at: table, plot, summary
-    return report(out, before, after, len(test), cfg, grpo_dir, time.perf_counter() - t0, sft.step_count)
+    return report(out, before, after, len(test), cfg, grpo_dir, time.perf_counter() - t0, sft_steps)
+
+
+def cold_start(cfg: DemoConfig, out: Path, base: Path, task, train: list) -> tuple[Path, int]:
+    """SFT on the first `sft_examples` worked solutions until greedy accuracy on the next DEV_PROBLEMS train
+    problems (trained on by neither stage) reaches sft_target: a tiny model's accuracy jumps within tens of
+    steps at a point that moves with the seed, so a fixed step count starts GRPO anywhere from 10% to 45%.
+    Returns the saved model's directory and the steps taken."""
+    from .eval import make_eval_fn
+    from .train.sft import SFTTrainer
+    dev = train[cfg.sft_examples:cfg.sft_examples + DEV_PROBLEMS]
+    sft_args = SFTConfig(output_dir=str(out / "sft"), model=str(base), learning_rate=cfg.sft_lr,
+                         max_steps=cfg.sft_steps, per_device_train_batch_size=cfg.sft_batch,
+                         warmup_steps=10, seed=cfg.seed, progress_bar=cfg.progress_bar, report_to=["jsonl"],
+                         eval_steps=cfg.sft_check_every if cfg.sft_target else 0,
+                         overwrite_output_dir=True)  # the demo owns its output_dir: a second run replaces the first
+    sft = SFTTrainer(args=sft_args, train_dataset=train[:cfg.sft_examples], eval_fn=make_eval_fn(task, dev),
+                     callbacks=[StopAtAccuracy(cfg.sft_target)] if cfg.sft_target else None)
+    sft.train()
+    return sft.save_model(), sft.step_count
 
 
 def report(out: Path, before: dict, after: dict, n_test: int, cfg: DemoConfig, grpo_dir: Path, seconds: float,

@@ -109,18 +109,22 @@ class LearnerWorker(Identity):
         use_threads(args)
         self.args, self.model, self.pad_id, self.total_steps = args, model, pad_id, total_steps
         self.learner: Learner | None = None
+        self._listener: socket.socket | None = None                  # rank 0's rendezvous socket
 
     def endpoint(self) -> str:
-        """host:port where rank 0 takes the group's rendezvous (a port free on its node now)."""
+        """host:port where rank 0 serves the group's rendezvous store: a socket bound to this node's address
+        (the store, left to bind itself, would listen on every interface)."""
         import ray
-        host = ray.util.get_node_ip_address()
-        with socket.socket() as s:
-            s.bind((host, 0))
-            return f"{host}:{s.getsockname()[1]}"
+        self._listener = socket.create_server((ray.util.get_node_ip_address(), 0))
+        host, port = self._listener.getsockname()[:2]
+        return f"{host}:{port}"
 
     def join(self, address: str, rank: int, world: int) -> int:
-        torch.distributed.init_process_group("gloo", init_method=f"tcp://{address}", rank=rank, world_size=world,
-                                             timeout=datetime.timedelta(seconds=self.args.dist_timeout))
+        host, port = address.rsplit(":", 1)
+        timeout = datetime.timedelta(seconds=self.args.dist_timeout)
+        store = torch.distributed.TCPStore(host, int(port), world, rank == 0, timeout, wait_for_workers=False,
+                                           master_listen_fd=self._listener.fileno() if rank == 0 else None)
+        torch.distributed.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=timeout)
         seed_everything(self.args.seed)
         self.learner = Learner(self.args, self.model, self.pad_id, torch.Generator().manual_seed(self.args.seed),
                                self.total_steps, shard=fully_shard if self.args.learner_sharding == "fsdp" else None)

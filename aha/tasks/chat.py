@@ -5,9 +5,10 @@
 `chat_mul`:  "What is 17 times 8? Answer with just the number."         a in 2..99, b in 2..9
 `chat_max`:  "Which number is larger, 23 or 41? Answer with just ..."   a != b in 0..99
 `chat_next`: "What number comes right after 379? Answer with just ..."  a in 0..999
-`chat_steps`: a two-step word problem, "Mia has 14 pens. Mia gets 6 more pens, then gives 8 away. How
-many pens does Mia have now?", after one worked example in the prompt ("15 + 2 = 17. 17 - 3 = 14.
-Answer: 14"): the model must carry an intermediate result through a second step.
+`chat_steps`: "What is 14 + 6 - 8?" (a in 10..29, b and c in 1..9) after one worked example in the prompt
+("15 + 2 = 17. 17 - 3 = 14. Answer: 14"): the model must work out the first step and carry its result
+into the second. (As a word problem, "Mia has 14 pens. Mia gets 6 more ..., then gives 8 away", the
+135M base was right on 5%, too rare for GRPO to find; in this form, 13%.)
 
 Prompts are chat messages (the model's own chat template renders them) and the reply is free text: the
 verifier is `math_reward`, which takes the final number of the reply ("23 + 41 = 64" -> 64). The base model
@@ -33,10 +34,7 @@ TEST_SIZE = 300
 """Held-out problems evaluated by default (all of a smaller test split): one point of accuracy is three problems."""
 MAX_OPERAND = 50
 
-NAMES = ("Sam", "Mia", "Tom", "Ava", "Leo", "Zoe", "Ben", "Lily")
-THINGS = ("apples", "pens", "coins", "stickers", "marbles", "books")
-STEPS_EXAMPLE = ("Example: Tom has 15 apples. Tom gets 2 more apples, then gives 3 away. How many apples does "
-                 "Tom have now?\n15 + 2 = 17. 17 - 3 = 14. Answer: 14\n\n")
+STEPS_EXAMPLE = "Example: What is 15 + 2 - 3?\n15 + 2 = 17. 17 - 3 = 14. Answer: 14\n\n"
 """The one worked example chat_steps shows before its question: the reply's shape, not its numbers."""
 
 
@@ -66,13 +64,6 @@ class Operation:
         return self.ask(*nums) if self.ask else f"What is {nums[0]} {self.symbol} {nums[1]}? {INSTRUCTION}"
 
 
-def steps_question(a: int, b: int, c: int) -> str:
-    """A two-step word problem whose answer is a + b - c."""
-    name, things = NAMES[(a + 3 * b) % len(NAMES)], THINGS[(b + 5 * c) % len(THINGS)]
-    return (f"{STEPS_EXAMPLE}{name} has {a} {things}. {name} gets {b} more {things}, then gives {c} away. "
-            f"How many {things} does {name} have now?")
-
-
 PAIRS = lambda hi, lo=0: [(a, b) for a in range(lo, hi + 1) for b in range(lo, hi + 1)]  # noqa: E731
 OPERATIONS = {
     "add": Operation("+", lambda a, b: a + b, lambda: PAIRS(MAX_OPERAND), True),
@@ -87,7 +78,7 @@ OPERATIONS = {
                       ask=lambda a: f"What number comes right after {a}? {INSTRUCTION}", label=lambda a: f"after {a}"),
     "steps": Operation("_", lambda a, b, c: a + b - c,
                        lambda: [(a, b, c) for a in range(10, 30) for b in range(1, 10) for c in range(1, 10)],
-                       False, ask=steps_question, label=lambda a, b, c: f"{a} + {b} - {c}", max_completion_length=48),
+                       False, ask=lambda a, b, c: f"{STEPS_EXAMPLE}What is {a} + {b} - {c}?", label=lambda a, b, c: f"{a} + {b} - {c}", max_completion_length=48),
 }
 
 
@@ -109,7 +100,7 @@ def make_rows(name: str, split: str, n: int | None = None, seed: int = 0) -> lis
 
 DESCRIPTIONS = {"add": "a + b, a and b in 0..50", "sub": "a - b, 0 <= b <= a <= 50", "mul": "a times b, a in 2..99, b in 2..9",
                 "max": "the larger of two numbers in 0..99", "next": "the number after a, a in 0..999",
-                "steps": "two-step word problem (a + b - c) after one worked example"}
+                "steps": "a + b - c in two steps after one worked example, a in 10..29, b and c in 1..9"}
 for _name, _desc in DESCRIPTIONS.items():
     register_task(Task(
         name=f"chat_{_name}",

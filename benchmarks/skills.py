@@ -7,7 +7,8 @@ The first model is the reference. For every task and model: accuracy with its Wi
 each later model the change on the same problems with its paired bootstrap 95% interval, called "gain" or
 "fell" only when that interval excludes 0 ("=" otherwise). Evaluated greedy, in `--dtype` (float32 by default,
 whatever dtype trained the model), on each task's held-out split. Writes the table and a JSON next to it
-when --out is given.
+when --out is given; a model's results already in that JSON (same model name, task and dtype) are reused, so
+adding a trained model does not re-evaluate the base (after retraining a model in place, use a new --out).
 """
 
 from __future__ import annotations
@@ -22,19 +23,26 @@ import torch
 TASKS = ["chat_add", "chat_sub", "chat_mul", "chat_max", "chat_next", "chat_steps"]
 
 
-def accuracy_table(models: list[str], tasks: list[str], dtype: str = "float32", batch_size: int = 256) -> tuple[str, dict]:
+def accuracy_table(models: list[str], tasks: list[str], dtype: str = "float32", batch_size: int = 256,
+                   known: dict | None = None) -> tuple[str, dict]:
     from aha.eval import evaluate
     from aha.models import load_model, load_tokenizer
     from aha.stats import paired_gain
     from aha.tasks import get_task
-    results: dict = {}
+    known, results = known or {}, {}
     for m in models:
-        model, tok = load_model(m, dtype), load_tokenizer(m)
+        model = tok = None
         for name in tasks:
+            if known.get(name, {}).get(m, {}).get("dtype") == dtype:
+                results.setdefault(name, {})[m] = known[name][m]
+                continue
+            if model is None:
+                model, tok = load_model(m, dtype), load_tokenizer(m)
             task = get_task(name)
             t0 = time.perf_counter()
             summary, records = evaluate(model, tok, task, task.load("test"), batch_size=batch_size)
-            results.setdefault(name, {})[m] = {"accuracy": summary["accuracy"], "ci95": summary["accuracy_ci95"],
+            results.setdefault(name, {})[m] = {"dtype": dtype, "accuracy": summary["accuracy"],
+                                               "ci95": summary["accuracy_ci95"],
                                                "correct": [float(r["greedy_correct"]) for r in records],
                                                "seconds": round(time.perf_counter() - t0, 1)}
     head = "| task | n | " + " | ".join(models) + " |\n|---|---|" + "---|" * len(models) + "\n"
@@ -62,7 +70,9 @@ def main():
     ap.add_argument("--out", help="write skills.md and skills.json into this directory")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    table, results = accuracy_table(a.models, a.tasks, a.dtype)
+    known = Path(a.out, "skills.json") if a.out else None
+    table, results = accuracy_table(a.models, a.tasks, a.dtype,
+                                    known=json.loads(known.read_text()) if known and known.is_file() else None)
     print(table)
     if a.out:
         out = Path(a.out)

@@ -88,7 +88,8 @@ def _gone(pids, timeout=20.0) -> bool:
 
 
 def _pids(pipeline) -> list[int]:
-    return ray.get([w.pid.remote() for w in pipeline.rollout + pipeline.reward + pipeline.learners], timeout=60)
+    return ray.get([w.pid.remote() for w in pipeline.rollout + pipeline.reward + pipeline.learners],
+                   timeout=120)  # actors that start under load (as dist_timeout in these tests)
 
 
 def _weights(model):

@@ -8,7 +8,7 @@
 `chat_steps`: "What is 14 + 6 - 8?" (a in 10..29, b and c in 1..9) after one worked example in the prompt
 ("15 + 2 = 17. 17 - 3 = 14. Answer: 14"): the model must work out the first step and carry its result
 into the second. (As a word problem, "Mia has 14 pens. Mia gets 6 more ..., then gives 8 away", the
-135M base was right on 5%, too rare for GRPO to find; in this form, 13%.)
+135M base was right on 5% of 300 held-out problems; in this form, 11%.)
 
 Prompts are chat messages (the model's own chat template renders them) and the reply is free text: the
 verifier is `math_reward`, which takes the final number of the reply ("23 + 41 = 64" -> 64). The base model
@@ -78,7 +78,8 @@ OPERATIONS = {
                       ask=lambda a: f"What number comes right after {a}? {INSTRUCTION}", label=lambda a: f"after {a}"),
     "steps": Operation("_", lambda a, b, c: a + b - c,
                        lambda: [(a, b, c) for a in range(10, 30) for b in range(1, 10) for c in range(1, 10)],
-                       False, ask=lambda a, b, c: f"{STEPS_EXAMPLE}What is {a} + {b} - {c}?", label=lambda a, b, c: f"{a} + {b} - {c}", max_completion_length=48),
+                       False, ask=lambda a, b, c: f"{STEPS_EXAMPLE}What is {a} + {b} - {c}?",
+                       label=lambda a, b, c: f"{a} + {b} - {c}", max_completion_length=48),
 }
 
 

@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/profile_step.py                    # aha, cProfile, 1 warm-up + 3 profiled steps
     .venv/bin/python benchmarks/profile_step.py --torch            # also torch.profiler's op table
     .venv/bin/python benchmarks/profile_step.py --framework trl    # the same for TRL's GRPOTrainer
+    .venv/bin/python benchmarks/profile_step.py --torch --max-completion-length 512   # at reasoning length
 
 Writes the tables to --out (default benchmarks/results/profile_step_<framework>_<size>.txt) as well as to
 stdout; BENCHMARKS.md's "top entries before and after" come from here. Same model, prompts, reward and
@@ -124,13 +125,18 @@ def main(argv=None) -> None:
     p.add_argument("--lr", type=float, default=1e-5)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--top", type=int, default=25)
+    p.add_argument("--max-completion-length", type=int, default=vs_trl.MAX_COMPLETION_LENGTH,
+                   help="generation budget per completion (vs_trl.py's option of the same name)")
     p.add_argument("--torch", action="store_true", help="also run torch.profiler and print its op table")
     p.add_argument("--out", help="text file for the tables (default benchmarks/results/profile_step_<fw>_<size>.txt)")
     args = p.parse_args(argv)
+    vs_trl.MAX_COMPLETION_LENGTH = args.max_completion_length
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import torch
     torch.set_num_threads(args.threads)
-    out = Path(args.out) if args.out else HERE / "results" / f"profile_step_{args.framework}_{args.size}.txt"
+    out = Path(args.out) if args.out else HERE / "results" / (
+        f"profile_step_{args.framework}_{args.size}"
+        + (f"_{args.max_completion_length}" if args.max_completion_length != 64 else "") + ".txt")
     out.parent.mkdir(parents=True, exist_ok=True)
     prof = Profilers(args.torch)
     with tempfile.TemporaryDirectory(prefix="profile_model_") as tmp:

@@ -63,6 +63,8 @@ NUM_GENERATIONS = 8
 COMPLETIONS_PER_STEP = 16
 MAX_COMPLETION_LENGTH = 64
 """Default generation budget; --max-completion-length sets it for the driver and its worker processes."""
+MICRO_BATCH_TOKENS = 0
+"""aha's max_tokens_per_micro_batch (--micro-batch-tokens): 0 = one pass over the 16 sequences, as TRL does."""
 BETA = 0.04
 SEED = 0
 MODEL_SEED = 0
@@ -156,7 +158,8 @@ def aha_config(out_dir: str, steps: int, lr: float, seed: int, threads: int):
         kl_estimator="k3", num_iterations=1, loss_type="dapo", advantage_estimator="grpo", epsilon=0.2,
         temperature=1.0, top_p=1.0, top_k=0, learning_rate=lr, lr_scheduler_type="constant", warmup_steps=0,
         max_steps=steps, seed=seed, report_to=[], progress_bar=False, log_completions_steps=0,
-        threads=threads, dtype="float32", gradient_checkpointing=False, **ADAM)
+        threads=threads, dtype="float32", gradient_checkpointing=False,
+        max_tokens_per_micro_batch=MICRO_BATCH_TOKENS, **ADAM)
 
 
 def trl_config(out_dir: str, steps: int, lr: float, seed: int):
@@ -341,7 +344,7 @@ def spawn(framework: str, model_dir: str, steps: int, lr: float, seed: int, thre
                TOKENIZERS_PARALLELISM="false", TRANSFORMERS_VERBOSITY="error", CUDA_VISIBLE_DEVICES="")
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", framework, "--model-dir", model_dir,
            "--steps", str(steps), "--lr", repr(lr), "--seed", str(seed), "--threads", str(threads),
-           "--max-completion-length", str(MAX_COMPLETION_LENGTH),
+           "--max-completion-length", str(MAX_COMPLETION_LENGTH), "--micro-batch-tokens", str(MICRO_BATCH_TOKENS),
            "--result", str(result)] + (["--scripted", "--params-out", str(tmp / f"{tag}.pt")] if scripted else [])
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
@@ -437,7 +440,7 @@ def versions() -> dict:
 
 
 def main(argv=None) -> None:
-    global MAX_COMPLETION_LENGTH
+    global MAX_COMPLETION_LENGTH, MICRO_BATCH_TOKENS
     class Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
         pass
 
@@ -462,13 +465,16 @@ def main(argv=None) -> None:
                    help="same-batch check: steps where both trainers get the same scripted completions (0: skip)")
     p.add_argument("--max-completion-length", type=int, default=MAX_COMPLETION_LENGTH,
                    help="most tokens per completion (the tiny models' context is 8,192)")
+    p.add_argument("--micro-batch-tokens", type=int, default=MICRO_BATCH_TOKENS,
+                   help="aha's max_tokens_per_micro_batch: length-sorted passes of at most this many padded tokens "
+                        "(same gradient; TRL has no equivalent and pads the 16 sequences to the longest)")
     p.add_argument("--worker", choices=("aha", "trl"), help=argparse.SUPPRESS)
     p.add_argument("--scripted", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--params-out", help=argparse.SUPPRESS)
     p.add_argument("--model-dir", help=argparse.SUPPRESS)
     p.add_argument("--result", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    MAX_COMPLETION_LENGTH = args.max_completion_length
+    MAX_COMPLETION_LENGTH, MICRO_BATCH_TOKENS = args.max_completion_length, args.micro_batch_tokens
     if args.worker:
         return worker(args)
     if args.steps < 2:
@@ -483,7 +489,8 @@ def main(argv=None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     report = {"versions": versions(), "loadavg_start": os.getloadavg(), "argv": sys.argv[1:],
               "settings": {"num_generations": NUM_GENERATIONS, "completions_per_step": COMPLETIONS_PER_STEP,
-                           "max_completion_length": MAX_COMPLETION_LENGTH, "beta": BETA, "num_iterations": 1,
+                           "max_completion_length": MAX_COMPLETION_LENGTH,
+                           "aha_max_tokens_per_micro_batch": MICRO_BATCH_TOKENS, "beta": BETA, "num_iterations": 1,
                            "loss_type": "dapo", "advantages": "group std (aha grpo / TRL scale_rewards=group)",
                            "temperature": 1.0, "top_p": 1.0, "top_k": 0, "lr": args.lr, "threads": args.threads,
                            "seed": args.seed, "steps": args.steps, "warmup_steps_discarded": 1,

@@ -188,6 +188,56 @@ def test_micro_batches_equal_one_big_batch(tiny_dir, tmp_path, monkeypatch):
             torch.testing.assert_close(big[n], small[n], rtol=1e-4, atol=1e-7)
 
 
+def test_micro_batches_cut_sorted_sequences_at_the_token_budget():
+    """Hand-checked: widths are (longest prompt + longest completion) x sequences, a pass never exceeds the
+    budget unless one sequence alone does, and per_device_train_batch_size still caps the count."""
+    from types import SimpleNamespace
+    from aha.train.learner import Learner
+    batch = SimpleNamespace(prompt_ids=[[1] * 4] * 6, completion_ids=[[2] * n for n in (2, 3, 6, 6, 20, 40)])
+    cut = lambda size, budget: Learner.micro_batches(  # noqa: E731
+        SimpleNamespace(args=SimpleNamespace(per_device_train_batch_size=size, max_tokens_per_micro_batch=budget)),
+        batch, list(range(6)))
+    assert cut(8, 0) == [[0, 1, 2, 3, 4, 5]]
+    assert cut(4, 0) == [[0, 1, 2, 3], [4, 5]]
+    # widths 6, 7, 10, 10, 24, 44: [0..3] pads 4 x 10 = 40; adding 4 would pad 5 x 24 = 120
+    assert cut(8, 40) == [[0, 1, 2, 3], [4], [5]]
+    assert cut(3, 40) == [[0, 1, 2], [3], [4], [5]]
+    assert cut(8, 100) == [[0, 1, 2, 3], [4, 5]]  # 5 x 24 = 120 > 100; 2 x 44 = 88 fits
+
+
+def test_a_token_budget_changes_the_passes_not_the_gradient(tiny_dir, tmp_path, monkeypatch):
+    """max_tokens_per_micro_batch: the same gradient (policy, reference and old-policy passes all cut by
+    length), fewer padded tokens, and no pass over the budget unless a single sequence is."""
+    import aha.train.learner as learner_mod
+    real_step, real_lp, grads, widths = learner_mod.optimizer_step, learner_mod.completion_logprobs, [], []
+
+    def capture(cfg, model, opt, sched, *rest):
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+        return real_step(cfg, model, opt, sched, *rest)
+
+    def padded(model, prompts, completions, *a, **k):
+        widths[-1].append((len(prompts), len(prompts) * (max(map(len, prompts)) + max(map(len, completions)))))
+        return real_lp(model, prompts, completions, *a, **k)
+
+    monkeypatch.setattr(learner_mod, "optimizer_step", capture)
+    monkeypatch.setattr(learner_mod, "completion_logprobs", padded)
+    data = [{"prompt": "1+" * k + "1="} for k in range(1, 12)]  # prompts of 11 different lengths
+    for budget in (0, 100):
+        widths.append([])
+        GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], train_dataset=data,
+                    args=args(tmp_path / f"budget-{budget}", max_steps=1, beta=0.04, num_iterations=2,
+                              max_tokens_per_micro_batch=budget, max_completion_length=16)).train()
+    whole, cut = grads[:2], grads[2:]
+    assert max(g.abs().max().item() for g in whole[0].values()) > 1e-3
+    for n in whole[0]:  # the first optimizer step: same weights, passes cut differently
+        torch.testing.assert_close(whole[0][n], cut[0][n], rtol=1e-4, atol=1e-7)
+    # the second starts from weights that differ by the first step's float rounding: compare as a whole
+    diff = sum((whole[1][n] - cut[1][n]).pow(2).sum() for n in whole[1]).sqrt()
+    assert diff < 1e-5 * sum(g.pow(2).sum() for g in whole[1].values()).sqrt()
+    assert all(tokens <= 100 or n == 1 for n, tokens in widths[1])
+    assert len(widths[1]) > len(widths[0]) and sum(t for _, t in widths[1]) < sum(t for _, t in widths[0])
+
+
 @pytest.mark.parametrize("kw", [
     dict(advantage_estimator="dr_grpo", loss_type="dr_grpo"),
     dict(advantage_estimator="rloo", loss_type="grpo", mask_truncated_completions=True),

@@ -217,6 +217,12 @@ class GRPOConfig(TrainConfig):
     """Leave completions that hit max_completion_length out of the loss."""
     skip_zero_advantage: bool = True
     """With beta=0, skip forward/backward for sequences whose advantage is exactly 0 (same result)."""
+    max_tokens_per_micro_batch: int = 0
+    """0: every forward/backward pass takes per_device_train_batch_size sequences. N > 0: length-sorted
+    sequences are grouped so that no pass pads past N tokens (sequences x (longest prompt + longest
+    completion)), at most per_device_train_batch_size of them; a longer sequence goes alone. Same loss and
+    gradient (denominators count the whole minibatch); less padding and a memory bound when completion lengths
+    spread, as at reasoning lengths. Applies to the reference and old-policy passes too."""
     log_completions_steps: int = 10
     """Log sample completions with their rewards every this many steps (0: never)."""
     num_completions_to_print: int = 2
@@ -303,6 +309,7 @@ class GRPOConfig(TrainConfig):
             "epsilon_high": (lambda v: v is None or v > 0, "> 0 or null"),
             "delta": (lambda v: v is None or v > 1, "> 1 or null"),
             "generation_max_batch": (at_least_one, ">= 1"),
+            "max_tokens_per_micro_batch": (non_negative, ">= 0 (0: per_device_train_batch_size sequences)"),
             "log_completions_steps": (non_negative, ">= 0"),
             "num_completions_to_print": (non_negative, ">= 0"),
             "reward_timeout": (positive, "> 0 seconds"),

@@ -152,14 +152,14 @@ class Learner:
                 denom = dict(num_sequences=int(keep[part].sum()), num_tokens=int(n_tok[part].sum()),
                              max_len=a.max_completion_length)
                 every = sorted(part[trainable[part]].tolist(), key=seq_len.__getitem__)
-                live = every[self.rank::self.world]
+                groups = self.micro_batches(batch, every[self.rank::self.world])  # length-sorted: little padding
                 # sharded ranks must all run as many forward/backward passes as the busiest one (FSDP collectives)
-                passes = -(-len(every[::self.world]) // micro) if self.sharded else -(-len(live) // micro)
+                passes = max(len(self.micro_batches(batch, every[r::self.world])) for r in range(self.world)) \
+                    if self.sharded else len(groups)
                 minibatch = LossSums()
-                for m in range(passes):  # length-sorted micro-batches: little padding
-                    ids = live[m * micro:(m + 1) * micro]
-                    minibatch = minibatch + (self._micro_step(batch, ids, keep, old, ref, denom) if ids
-                                             else self._idle_step(batch, every[0]))
+                for m in range(passes):
+                    minibatch = minibatch + (self._micro_step(batch, groups[m], keep, old, ref, denom)
+                                             if m < len(groups) else self._idle_step(batch, every[0]))
                 norm = optimizer_step(a, self.model, self.optimizer, self.scheduler, minibatch.loss, reduce)
                 if math.isnan(norm):  # skipped (on_nonfinite=skip): its statistics describe no update
                     skipped += 1
@@ -168,6 +168,19 @@ class Learner:
         self.version += 1
         self.sync_reference()
         return self._metrics(self._gather(sums), grad_norms, skipped, trainable, ref is not None)
+
+    def micro_batches(self, batch: GRPOBatch, ids: list[int]) -> list[list[int]]:
+        """`ids` (sorted by length) cut into forward/backward passes: per_device_train_batch_size sequences each,
+        and with max_tokens_per_micro_batch no more padded tokens than that (a longer sequence goes alone)."""
+        size, budget = self.args.per_device_train_batch_size, self.args.max_tokens_per_micro_batch
+        out, cur, width_p, width_c = [], [], 0, 0
+        for i in ids:
+            p, c = max(width_p, len(batch.prompt_ids[i])), max(width_c, len(batch.completion_ids[i]))
+            if cur and (len(cur) == size or budget and (len(cur) + 1) * (p + c) > budget):
+                out.append(cur)
+                cur, p, c = [], len(batch.prompt_ids[i]), len(batch.completion_ids[i])
+            cur, width_p, width_c = cur + [i], p, c
+        return out + [cur] if cur else out
 
     def _metrics(self, sums: LossSums, grad_norms: list[float], skipped: int, trainable: Tensor,
                  with_kl: bool) -> tuple[LossSums, dict[str, float]]:
@@ -271,11 +284,19 @@ class Learner:
         if reference:
             model = self.ref_model if self.ref_model is not None else self.model
             ctx = self.model.disable_adapter() if self.is_peft else nullcontext()
-        out = []
+        N = len(batch.completion_ids)
+        if self.args.max_tokens_per_micro_batch:
+            groups = self.micro_batches(batch, sorted(range(N), key=lambda i: len(batch.prompt_ids[i])
+                                                      + len(batch.completion_ids[i])))
+        else:
+            groups = [list(range(s, min(s + micro, N))) for s in range(0, N, micro)]
+        out = [None] * N
         with ctx:
-            for s in range(0, len(batch.completion_ids), micro):
-                lp, mask, _ = self._logprobs(model, batch.prompt_ids[s:s + micro], batch.completion_ids[s:s + micro])
-                out += [lp[i, :int(mask[i].sum())].cpu() for i in range(len(lp))]
+            for ids in groups:
+                lp, mask, _ = self._logprobs(model, [batch.prompt_ids[i] for i in ids],
+                                             [batch.completion_ids[i] for i in ids])
+                for row, i in enumerate(ids):
+                    out[i] = lp[row, :int(mask[row].sum())].cpu()
         return out
 
     @torch.no_grad()

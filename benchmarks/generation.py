@@ -9,6 +9,7 @@ the longest ends. Tokens/s counts generated tokens (up to and including EOS).
 """
 
 import argparse
+import contextlib
 import statistics
 import tempfile
 import time
@@ -30,6 +31,8 @@ def main():
                     help="add this many mean output-weight rows to EOS's (negative: rows run to the cap)")
     ap.add_argument("--only", choices=("aha", "generate", "both"), default="both")
     ap.add_argument("--warmup-new", type=int, help="tokens of the untimed warm-up run (default: --max-new)")
+    ap.add_argument("--autocast", action="store_true",
+                    help="under torch.autocast to bfloat16, as `dtype: auto` trains and samples where bf16 is native")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     from aha.models import eos_ids
@@ -58,14 +61,17 @@ def main():
         return int(sum(min(int((row == tok.eos_token_id).nonzero()[0]) + 1 if (row == tok.eos_token_id).any() else max_new, max_new) for row in gen))
 
     runs = {"aha": ((f"aha-{a.cache}", run_aha),), "generate": (("generate", run_hf),)}
+    context = torch.autocast("cpu", dtype=torch.bfloat16) if a.autocast else contextlib.nullcontext()
     for name, fn in runs.get(a.only, runs["aha"] + runs["generate"]):
-        fn(0, a.warmup_new or a.max_new)  # warm-up
-        rates = []
-        for r in range(a.repeats):
-            t = time.perf_counter()
-            n_tok = fn(r + 1)
-            rates.append(n_tok / (time.perf_counter() - t))
-        print(f"{name:9s} threads={a.threads} size={a.size} B={a.prompts} G={a.n} max_new={a.max_new}: "
+        with context:
+            fn(0, a.warmup_new or a.max_new)  # warm-up
+            rates = []
+            for r in range(a.repeats):
+                t = time.perf_counter()
+                n_tok = fn(r + 1)
+                rates.append(n_tok / (time.perf_counter() - t))
+        print(f"{name:9s} threads={a.threads} size={a.size} B={a.prompts} G={a.n} max_new={a.max_new}"
+              f"{' autocast-bf16' if a.autocast else ''}: "
               f"median {statistics.median(rates):,.0f} tokens/s over {a.repeats} runs")
 
 

@@ -222,7 +222,9 @@ class GRPOConfig(TrainConfig):
     sequences are grouped so that no pass pads past N tokens (sequences x (longest prompt + longest
     completion)), at most per_device_train_batch_size of them; a longer sequence goes alone. Same loss and
     gradient (denominators count the whole minibatch); less padding and a memory bound when completion lengths
-    spread, as at reasoning lengths. Applies to the reference and old-policy passes too."""
+    spread, as at reasoning lengths. Applies to the reference and old-policy passes too. One exception:
+    top_entropy_quantile < 1 takes its entropy threshold per pass (as TRL does per micro-batch), so other
+    passes give other thresholds."""
     log_completions_steps: int = 10
     """Log sample completions with their rewards every this many steps (0: never)."""
     num_completions_to_print: int = 2

@@ -137,3 +137,32 @@ def test_layer_cache_memory_follows_the_filled_length_not_the_budget(tok):
         logits[budget], caps[budget] = torch.stack(out), cache.k[0].shape[2]
     torch.testing.assert_close(logits[64], logits[4096], rtol=0, atol=0)
     assert caps == {64: L + 64, 4096: L + engine_module.CACHE_CHUNK}
+
+
+def test_cpu_autocast_runs_the_cached_attention_in_float32(tok, monkeypatch):
+    """Under bf16 autocast on CPU the layer cache's attention gets float32 queries, keys and values (bf16
+    attention is the slow kernel there) while the projections stay bf16; the model's own attention setting is
+    back afterwards, and greedy tokens equal a full recompute under the same autocast and attention."""
+    import torch.nn.functional as F
+    from transformers.integrations import sdpa_attention
+    model = model_of(tok, "llama")
+    model.config._attn_implementation = engine_module.FLOAT32_ATTENTION
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        want = [reference_greedy(model, p, T) for p in PROMPTS]
+    model.config._attn_implementation = "sdpa"
+    seen, real = [], F.scaled_dot_product_attention
+
+    def spy(q, k, v, *a, **kw):
+        seen.append((q.dtype, k.dtype, v.dtype, torch.is_autocast_enabled("cpu")))
+        return real(q, k, v, *a, **kw)
+
+    monkeypatch.setattr(sdpa_attention.torch.nn.functional, "scaled_dot_product_attention", spy)
+    projections = []
+    model.model.layers[0].self_attn.q_proj.register_forward_hook(lambda m, i, o: projections.append(o.dtype))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = HFEngine(model, [], tok.pad_token_id).generate(PROMPTS, 2, SamplingParams(temperature=0, max_new_tokens=T))
+    assert len(seen) == model.config.num_hidden_layers * T  # prefill + T - 1 decode steps, every layer
+    assert set(seen) == {(torch.float32, torch.float32, torch.float32, False)}
+    assert set(projections) == {torch.bfloat16}
+    assert model.config._attn_implementation == "sdpa"
+    assert got.completion_ids == [w for w in want for _ in range(2)]

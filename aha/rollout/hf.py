@@ -17,6 +17,8 @@ import inspect
 
 import torch
 from torch import Tensor
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from .base import Rollout, SamplingParams
 
@@ -28,6 +30,24 @@ COMPACT_FRACTION = 0.125
 
 LAYER_CACHE_TYPES = ("llama", "qwen2", "qwen3", "mistral")
 """model_type values whose decoder is embed -> layers(h, mask, rotary) -> norm -> lm_head."""
+
+
+FLOAT32_ATTENTION = "aha_float32_sdpa"
+"""The attention LayerCache gives the model's layers on CPU under bf16 autocast (registered with transformers)."""
+
+
+def float32_attention(module, query: Tensor, key: Tensor, value: Tensor, attention_mask, **kwargs):
+    """transformers' SDPA attention in float32 with autocast off, the output back in the query's dtype. On CPU,
+    PyTorch's bfloat16 attention is slower than its float32 one (3.3x per layer at 1,040 positions on an
+    AVX512-BF16 CPU, benchmarks/decode_step.py), and autocast would recast the whole float32 cache to bfloat16
+    every step; the weight matmuls around it stay in bfloat16."""
+    with torch.autocast("cpu", enabled=False):
+        out, weights = sdpa_attention_forward(module, query.float(), key.float(), value.float(), attention_mask,
+                                              **kwargs)
+    return out.to(query.dtype), weights
+
+
+AttentionInterface.register(FLOAT32_ATTENTION, float32_attention)
 
 
 def sample_tokens(logits: Tensor, params: SamplingParams,
@@ -96,6 +116,9 @@ class LayerCache:
         self.bias[:, :L].masked_fill_(~mask.bool(), self.blocked)
         layer_args = inspect.signature(type(self.decoder.layers[0]).forward).parameters
         self.cache_arg = "cache" if "cache" in layer_args else "past_key_values"  # renamed in transformers 5.2x
+        self.attention = FLOAT32_ATTENTION if (param.device.type == "cpu" and torch.is_autocast_enabled("cpu")
+                                               and cfg._attn_implementation == "sdpa") else None
+        """The attention the layers run with, when not the model's own (float32 on CPU under autocast)."""
 
     @staticmethod
     def supports(model, total_len: int) -> bool:
@@ -127,10 +150,16 @@ class LayerCache:
             bias = torch.zeros_like(seen, dtype=bias.dtype).masked_fill(~seen, self.blocked)[:, None]
         h = self.decoder.embed_tokens(ids)
         rotary = self.decoder.rotary_emb(h, pos)
-        for layer in self.decoder.layers:
-            h = layer(h, attention_mask=bias, position_ids=pos, use_cache=True, position_embeddings=rotary,
-                      **{self.cache_arg: self})
-            h = h[0] if isinstance(h, tuple) else h
+        cfg, own = self.lm.config, self.lm.config._attn_implementation
+        if self.attention:
+            cfg._attn_implementation = self.attention
+        try:
+            for layer in self.decoder.layers:
+                h = layer(h, attention_mask=bias, position_ids=pos, use_cache=True, position_embeddings=rotary,
+                          **{self.cache_arg: self})
+                h = h[0] if isinstance(h, tuple) else h
+        finally:
+            cfg._attn_implementation = own
         self.end = end
         return self.lm.lm_head(self.decoder.norm(h[:, -1])).float()
 

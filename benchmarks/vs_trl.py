@@ -65,6 +65,9 @@ MAX_COMPLETION_LENGTH = 64
 """Default generation budget; --max-completion-length sets it for the driver and its worker processes."""
 MICRO_BATCH_TOKENS = 0
 """aha's max_tokens_per_micro_batch (--micro-batch-tokens): 0 = one pass over the 16 sequences, as TRL does."""
+BF16 = False
+"""--bf16: the timing and curve runs of both trainers in bf16 mixed precision (float32 weights, bf16 autocast; TRL's bf16=True,
+its default); the same-batch check stays float32."""
 BETA = 0.04
 SEED = 0
 MODEL_SEED = 0
@@ -158,7 +161,7 @@ def aha_config(out_dir: str, steps: int, lr: float, seed: int, threads: int):
         kl_estimator="k3", num_iterations=1, loss_type="dapo", advantage_estimator="grpo", epsilon=0.2,
         temperature=1.0, top_p=1.0, top_k=0, learning_rate=lr, lr_scheduler_type="constant", warmup_steps=0,
         max_steps=steps, seed=seed, report_to=[], progress_bar=False, log_completions_steps=0,
-        threads=threads, dtype="float32", gradient_checkpointing=False,
+        threads=threads, dtype="float32", bf16=BF16, gradient_checkpointing=False,
         max_tokens_per_micro_batch=MICRO_BATCH_TOKENS, **ADAM)
 
 
@@ -176,7 +179,7 @@ def trl_config(out_dir: str, steps: int, lr: float, seed: int):
         num_iterations=1, loss_type="dapo", scale_rewards="group", epsilon=0.2, use_bias_correction_kl=False,
         temperature=1.0, top_p=1.0, top_k=0, learning_rate=lr, lr_scheduler_type="constant", warmup_steps=0,
         optim="adamw_torch", max_steps=steps, seed=seed, logging_steps=1, report_to="none", save_strategy="no",
-        disable_tqdm=True, use_cpu=True, bf16=False, fp16=False, gradient_checkpointing=False,
+        disable_tqdm=True, use_cpu=True, bf16=BF16, fp16=False, gradient_checkpointing=False,
         model_init_kwargs={"dtype": "float32"}, log_completions=False, dataloader_num_workers=0, **ADAM)
     assert cfg.steps_per_generation == 1 and cfg.generation_batch_size == COMPLETIONS_PER_STEP
     return cfg
@@ -338,14 +341,16 @@ def worker(args) -> None:
 # ------------------------------------------------------------------ driver
 def spawn(framework: str, model_dir: str, steps: int, lr: float, seed: int, threads: int, tmp: Path,
           scripted: bool = False) -> dict:
-    tag = f"{framework}-{Path(model_dir).name}-{steps}-{lr}-{seed}" + ("-scripted" if scripted else "")
+    bf16 = BF16 and not scripted
+    tag = (f"{framework}-{Path(model_dir).name}-{steps}-{lr}-{seed}" + ("-scripted" if scripted else "")
+           + ("-bf16" if bf16 else ""))
     result = tmp / f"{tag}.json"
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
                TOKENIZERS_PARALLELISM="false", TRANSFORMERS_VERBOSITY="error", CUDA_VISIBLE_DEVICES="")
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", framework, "--model-dir", model_dir,
            "--steps", str(steps), "--lr", repr(lr), "--seed", str(seed), "--threads", str(threads),
            "--max-completion-length", str(MAX_COMPLETION_LENGTH), "--micro-batch-tokens", str(MICRO_BATCH_TOKENS),
-           "--result", str(result)] + (["--scripted", "--params-out", str(tmp / f"{tag}.pt")] if scripted else [])
+           "--result", str(result)] + (["--bf16"] if bf16 else []) + (["--scripted", "--params-out", str(tmp / f"{tag}.pt")] if scripted else [])
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -440,7 +445,7 @@ def versions() -> dict:
 
 
 def main(argv=None) -> None:
-    global MAX_COMPLETION_LENGTH, MICRO_BATCH_TOKENS
+    global MAX_COMPLETION_LENGTH, MICRO_BATCH_TOKENS, BF16
     class Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
         pass
 
@@ -468,6 +473,9 @@ def main(argv=None) -> None:
     p.add_argument("--micro-batch-tokens", type=int, default=MICRO_BATCH_TOKENS,
                    help="aha's max_tokens_per_micro_batch: length-sorted passes of at most this many padded tokens "
                         "(same gradient; TRL has no equivalent and pads the 16 sequences to the longest)")
+    p.add_argument("--bf16", action="store_true",
+                   help="bf16 mixed precision in both trainers (float32 weights, bf16 autocast; TRL's default is "
+                        "bf16=True), for the timing and curve runs; the same-batch check stays float32")
     p.add_argument("--worker", choices=("aha", "trl"), help=argparse.SUPPRESS)
     p.add_argument("--scripted", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--params-out", help=argparse.SUPPRESS)
@@ -475,6 +483,7 @@ def main(argv=None) -> None:
     p.add_argument("--result", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     MAX_COMPLETION_LENGTH, MICRO_BATCH_TOKENS = args.max_completion_length, args.micro_batch_tokens
+    BF16 = args.bf16
     if args.worker:
         return worker(args)
     if args.steps < 2:
@@ -494,7 +503,7 @@ def main(argv=None) -> None:
                            "loss_type": "dapo", "advantages": "group std (aha grpo / TRL scale_rewards=group)",
                            "temperature": 1.0, "top_p": 1.0, "top_k": 0, "lr": args.lr, "threads": args.threads,
                            "seed": args.seed, "steps": args.steps, "warmup_steps_discarded": 1,
-                           "dtype": "float32", "device": "cpu", **ADAM},
+                           "dtype": "float32", "bf16_mixed_precision_timing": BF16, "device": "cpu", **ADAM},
               "models": {}, "timing": {}, "curves": {}}
     curve_sizes = (args.curve_sizes or [min(args.sizes, key=SIZES.index)]) if args.curve_steps > 0 else []
     with tempfile.TemporaryDirectory(prefix="aha_vs_trl_") as tmp_name:

@@ -66,8 +66,8 @@ MAX_COMPLETION_LENGTH = 64
 MICRO_BATCH_TOKENS = 0
 """aha's max_tokens_per_micro_batch (--micro-batch-tokens): 0 = one pass over the 16 sequences, as TRL does."""
 BF16 = False
-"""--bf16: the timing and curve runs of both trainers in bf16 mixed precision (float32 weights, bf16 autocast; TRL's bf16=True,
-its default); the same-batch check stays float32."""
+"""--bf16: the timing and curve runs of both trainers in bf16 mixed precision (float32 weights, bf16 autocast;
+TRL's bf16=True, its default); the same-batch check stays float32."""
 BETA = 0.04
 SEED = 0
 MODEL_SEED = 0
@@ -350,7 +350,8 @@ def spawn(framework: str, model_dir: str, steps: int, lr: float, seed: int, thre
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", framework, "--model-dir", model_dir,
            "--steps", str(steps), "--lr", repr(lr), "--seed", str(seed), "--threads", str(threads),
            "--max-completion-length", str(MAX_COMPLETION_LENGTH), "--micro-batch-tokens", str(MICRO_BATCH_TOKENS),
-           "--result", str(result)] + (["--bf16"] if bf16 else []) + (["--scripted", "--params-out", str(tmp / f"{tag}.pt")] if scripted else [])
+           "--result", str(result)] + (["--bf16"] if bf16 else []) \
+        + (["--scripted", "--params-out", str(tmp / f"{tag}.pt")] if scripted else [])
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
     if proc.returncode != 0:

@@ -25,18 +25,19 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 
-def mm_gflops(shapes: list[tuple[int, int]], tokens: int, repeats: int = 5) -> float:
-    """GFLOP/s of [tokens, in] @ [in, out] over every weight shape, float32, after one untimed pass."""
+def mm_gflops(shapes: list[tuple[int, int]], tokens: int, trials: int = 20) -> float:
+    """GFLOP/s of [tokens, in] @ [in, out] over every weight shape, float32: the fastest of `trials` passes
+    after one untimed pass (a peak, so a slow spell of a shared machine does not lower it)."""
     xs = {i: torch.randn(tokens, i) for i, _ in shapes}
     ws = [torch.randn(i, o) for i, o in shapes]
-    for w in ws:
-        xs[w.shape[0]] @ w
-    t0 = time.perf_counter()
-    for _ in range(repeats):
+    best = float("inf")
+    for trial in range(trials + 1):
+        t0 = time.perf_counter()
         for w in ws:
             xs[w.shape[0]] @ w
-    seconds = (time.perf_counter() - t0) / repeats
-    return sum(2 * tokens * i * o for i, o in shapes) / seconds / 1e9
+        if trial:
+            best = min(best, time.perf_counter() - t0)
+    return sum(2 * tokens * i * o for i, o in shapes) / best / 1e9
 
 
 def main():
@@ -49,14 +50,12 @@ def main():
     settings = report["settings"]
     threads = settings["threads"]
     torch.set_num_threads(threads)
-    from aha.models.tiny import make_tiny
     from transformers import AutoModelForCausalLM
-    from benchmarks.vs_trl import MODEL_SEED, corpus
+    from benchmarks.vs_trl import COMPLETIONS_PER_STEP, build_model
 
     for size, timing in report["timing"].items():
-        with tempfile.TemporaryDirectory() as tmp:
-            model = AutoModelForCausalLM.from_pretrained(make_tiny(Path(tmp), corpus(), size=size, arch="llama",
-                                                                   seed=MODEL_SEED))
+        with tempfile.TemporaryDirectory() as tmp:  # the very model vs_trl.py timed (same builder, same seed)
+            model = AutoModelForCausalLM.from_pretrained(build_model(size, Path(tmp))["path"])
         shapes = [(m.in_features, m.out_features) for m in model.modules() if isinstance(m, torch.nn.Linear)]
         weights = sum(i * o for i, o in shapes)
         cfg = model.config
@@ -71,7 +70,7 @@ def main():
             flops = []
             for r in steps:
                 tokens = r["train_tokens"]
-                prompt = tokens / 16 - r["completion_len"]   # 16 sequences a step
+                prompt = tokens / COMPLETIONS_PER_STEP - r["completion_len"]
                 seen = prompt + r["completion_len"] / 2      # mean positions a completion token attends to
                 attn = 4 * cfg.hidden_size * cfg.num_hidden_layers * seen * tokens * (passes / 2)
                 flops.append((passes * weights * tokens + attn) / r["train_s"] / 1e9)

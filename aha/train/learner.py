@@ -133,7 +133,7 @@ class Learner:
     def update(self, batch: GRPOBatch) -> tuple[LossSums, dict[str, float]]:
         """num_iterations passes of minibatch updates over the batch; token sums and loss-side metrics."""
         a, N = self.args, len(batch.completion_ids)
-        micro, mb = a.per_device_train_batch_size, a.per_device_train_batch_size * a.gradient_accumulation_steps
+        mb = a.per_device_train_batch_size * a.gradient_accumulation_steps
         keep = ~batch.truncated if a.mask_truncated_completions else torch.ones(N, dtype=torch.bool)  # [N]
         n_tok = torch.tensor([len(c) for c in batch.completion_ids]) * keep          # [N]
         old = self.frozen_logprobs(batch, reference=False) if a.num_iterations > 1 else None
@@ -279,20 +279,16 @@ class Learner:
     @torch.no_grad()
     def frozen_logprobs(self, batch: GRPOBatch, reference: bool) -> list[Tensor]:
         """Per-sequence log-probs under the current weights (old policy) or the reference."""
-        micro = self.args.per_device_train_batch_size
         model, ctx = self.model, nullcontext()
         if reference:
             model = self.ref_model if self.ref_model is not None else self.model
             ctx = self.model.disable_adapter() if self.is_peft else nullcontext()
-        N = len(batch.completion_ids)
-        if self.args.max_tokens_per_micro_batch:
-            groups = self.micro_batches(batch, sorted(range(N), key=lambda i: len(batch.prompt_ids[i])
-                                                      + len(batch.completion_ids[i])))
-        else:
-            groups = [list(range(s, min(s + micro, N))) for s in range(0, N, micro)]
+        N, order = len(batch.completion_ids), range(len(batch.completion_ids))
+        if self.args.max_tokens_per_micro_batch:  # length-sorted, so that passes under the budget pad little
+            order = sorted(order, key=lambda i: len(batch.prompt_ids[i]) + len(batch.completion_ids[i]))
         out = [None] * N
         with ctx:
-            for ids in groups:
+            for ids in self.micro_batches(batch, list(order)):
                 lp, mask, _ = self._logprobs(model, [batch.prompt_ids[i] for i in ids],
                                              [batch.completion_ids[i] for i in ids])
                 for row, i in enumerate(ids):

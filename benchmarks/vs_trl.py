@@ -65,6 +65,8 @@ MAX_COMPLETION_LENGTH = 64
 """Default generation budget; --max-completion-length sets it for the driver and its worker processes."""
 MICRO_BATCH_TOKENS = 0
 """aha's max_tokens_per_micro_batch (--micro-batch-tokens): 0 = one pass over the 16 sequences, as TRL does."""
+WORKER_TIMEOUT_S = 7200.0
+"""Longest one worker process (one framework's timing, check or curve run) may take (--worker-timeout)."""
 BF16 = False
 """--bf16: the timing and curve runs of both trainers in bf16 mixed precision (float32 weights, bf16 autocast;
 TRL's bf16=True, its default); the same-batch check stays float32."""
@@ -353,7 +355,11 @@ def spawn(framework: str, model_dir: str, steps: int, lr: float, seed: int, thre
            "--result", str(result)] + (["--bf16"] if bf16 else []) \
         + (["--scripted", "--params-out", str(tmp / f"{tag}.pt")] if scripted else [])
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
+    try:
+        proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=WORKER_TIMEOUT_S)
+    except subprocess.TimeoutExpired as e:
+        raise SystemExit(f"{framework} worker ran past --worker-timeout {WORKER_TIMEOUT_S:g} s and was killed: "
+                         f"{' '.join(cmd)}") from e
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-8000:])
         raise SystemExit(f"{framework} worker failed ({proc.returncode}): {' '.join(cmd)}")
@@ -446,7 +452,7 @@ def versions() -> dict:
 
 
 def main(argv=None) -> None:
-    global MAX_COMPLETION_LENGTH, MICRO_BATCH_TOKENS, BF16
+    global MAX_COMPLETION_LENGTH, MICRO_BATCH_TOKENS, BF16, WORKER_TIMEOUT_S
     class Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
         pass
 
@@ -477,6 +483,8 @@ def main(argv=None) -> None:
     p.add_argument("--bf16", action="store_true",
                    help="bf16 mixed precision in both trainers (float32 weights, bf16 autocast; TRL's default is "
                         "bf16=True), for the timing and curve runs; the same-batch check stays float32")
+    p.add_argument("--worker-timeout", type=float, default=WORKER_TIMEOUT_S,
+                   help="seconds one worker process may run before it is killed and the benchmark stops")
     p.add_argument("--worker", choices=("aha", "trl"), help=argparse.SUPPRESS)
     p.add_argument("--scripted", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--params-out", help=argparse.SUPPRESS)
@@ -484,7 +492,7 @@ def main(argv=None) -> None:
     p.add_argument("--result", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     MAX_COMPLETION_LENGTH, MICRO_BATCH_TOKENS = args.max_completion_length, args.micro_batch_tokens
-    BF16 = args.bf16
+    BF16, WORKER_TIMEOUT_S = args.bf16, args.worker_timeout
     if args.worker:
         return worker(args)
     if args.steps < 2:

@@ -10,7 +10,7 @@ from aha.data import is_conversational
 from aha.tasks.chat import OPERATIONS, STEPS_EXAMPLE, TEST_SIZE
 from aha.tasks import get_task
 
-TASKS = ["chat_add", "chat_sub", "chat_mul", "chat_max", "chat_next", "chat_steps"]
+TASKS = ["chat_add", "chat_sub", "chat_mul", "chat_max", "chat_next", "chat_prev", "chat_steps"]
 
 
 def numbers(row: dict) -> tuple[int, ...]:
@@ -31,9 +31,9 @@ def test_splits_are_disjoint_and_cover_every_problem(name):
 
 
 ANSWERS = {"chat_add": lambda a, b: a + b, "chat_sub": lambda a, b: a - b, "chat_mul": lambda a, b: a * b,
-           "chat_max": max, "chat_next": lambda a: a + 1, "chat_steps": lambda a, b, c: a + b - c}
+           "chat_max": max, "chat_next": lambda a: a + 1, "chat_prev": lambda a: a - 1, "chat_steps": lambda a, b, c: a + b - c}
 ASKED = {"chat_add": "What is {} + {}?", "chat_sub": "What is {} - {}?", "chat_mul": "What is {} times {}?",
-         "chat_max": "Which number is larger, {} or {}?", "chat_next": "What number comes right after {}?"}
+         "chat_max": "Which number is larger, {} or {}?", "chat_next": "What number comes right after {}?", "chat_prev": "What number comes right before {}?"}
 
 
 @pytest.mark.parametrize("name", TASKS)
@@ -52,6 +52,28 @@ def test_rows_are_chat_prompts_with_right_answers(name):
             assert text == STEPS_EXAMPLE + "What is {} + {} - {}?".format(*nums)
         else:
             assert ASKED[name].format(*nums) in text and text.endswith("Answer with just the number.")
+
+
+def test_a_mixture_interleaves_equal_parts_of_each_task():
+    add, nxt = get_task("chat_add"), get_task("chat_next")
+    mix = get_task("chat_add+chat_next")
+    for split in ("train", "test"):
+        rows = mix.load(split, seed=3)
+        k = min(len(add.load(split)), len(nxt.load(split)))
+        assert len(rows) == 2 * k
+        assert rows[0::2] == [{**r, "id": f"chat_add:{r['id']}"} for r in add.load(split, seed=3)[:k]]
+        assert rows[1::2] == [{**r, "id": f"chat_next:{r['id']}"} for r in nxt.load(split, seed=3)[:k]]
+        assert len({r["id"] for r in rows}) == len(rows)
+    assert len(mix.load("test", n=100)) == 100 and mix.load("test", n=100) == mix.load("test")[:100]
+    assert mix.max_completion_length == 24 and mix.correct() is add.correct()
+    with pytest.raises(ValueError, match="has 466"):
+        mix.load("test", n=1000)
+    with pytest.raises(ValueError, match="no split 'validation'"):
+        mix.load("validation")
+    with pytest.raises(ValueError, match="different verifiers"):
+        get_task("chat_add+arithmetic")
+    with pytest.raises(ValueError, match="unknown task 'chat_nope'"):
+        get_task("chat_add+chat_nope")
 
 
 def test_bad_split_and_size_are_errors():
@@ -85,15 +107,17 @@ def test_verifier_reads_the_final_number(reply, right):
     assert rewards[0](prompts=[row["prompt"]], completions=[reply], answer=["64"]) == value
 
 
-@pytest.mark.parametrize("name, lora", [("grpo_smollm2.yaml", False), ("grpo_smollm2_lora.yaml", True)])
-def test_example_configs_parse(name, lora):
+@pytest.mark.parametrize("name, task, lora", [("grpo_smollm2.yaml", "chat_add", False),
+                                             ("grpo_smollm2_lora.yaml", "chat_add", True),
+                                             ("grpo_smollm2_mix.yaml", "chat_add+chat_next", False)])
+def test_example_configs_parse(name, task, lora):
     from pathlib import Path
 
     from aha.config import parse_args
     from aha.config import GRPOConfig
     cfg = parse_args(GRPOConfig, [str(Path(__file__).parents[1] / "examples" / name)])
-    assert cfg.task == "chat_add" and cfg.model == "smollm2-135m-instruct" and cfg.use_lora is lora
-    assert cfg.max_completion_length <= get_task("chat_add").max_completion_length
+    assert cfg.task == task and cfg.model == "smollm2-135m-instruct" and cfg.use_lora is lora
+    assert cfg.max_completion_length <= get_task(task).max_completion_length
     assert cfg.generation_batch_size % cfg.num_generations == 0
 
 

@@ -67,3 +67,30 @@ def task_corpus(rows: list[dict]) -> list[str]:
     texts = [f"{r.get('question', '')} {r.get('completion', '')}" for r in rows]
     prompt = rows[0]["prompt"] if rows else ""
     return texts + ([m["content"] for m in prompt] if isinstance(prompt, list) else [str(prompt)])
+
+
+def mixture(parts: list[Task]) -> Task:
+    """One task from several that share their verifiers (`chat_add+chat_next`): each split holds the same
+    number of rows of every part (the smallest part's count), interleaved, ids prefixed with the part's name.
+    Raises if the parts score replies differently, since one reward would then be wrong for some rows."""
+    first = parts[0]
+    for t in parts[1:]:
+        if ([f for f in t.rewards()] != [f for f in first.rewards()] or t.correct() is not first.correct()
+                or t.reward_weights != first.reward_weights or t.splits != first.splits):
+            raise ValueError(f"tasks '{first.name}' and '{t.name}' have different verifiers or splits; a mixture "
+                             "needs tasks scored the same way")
+    name = "+".join(t.name for t in parts)
+
+    def load(split: str, n: int | None = None, seed: int = 0) -> list[dict]:
+        check_split(name, split, first.splits)
+        each = [t.load(split, seed=seed) for t in parts]
+        k = min(map(len, each))
+        rows = [{**rows[i], "id": f"{t.name}:{rows[i]['id']}"} for i in range(k) for t, rows in zip(parts, each)]
+        if n is not None and not 0 < n <= len(rows):
+            raise ValueError(f"asked for {n} {split} rows of {name}; it has {len(rows)} ({k} of each part)")
+        return rows[:n]
+
+    return Task(name=name, load=load, rewards=first.rewards, correct=first.correct, extract=first.extract,
+                reward_weights=first.reward_weights, max_completion_length=max(t.max_completion_length for t in parts),
+                splits=first.splits, asks_format=first.asks_format,
+                description="equal parts of " + ", ".join(t.name for t in parts))

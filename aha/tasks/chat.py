@@ -5,6 +5,7 @@
 `chat_mul`:  "What is 17 times 8? Answer with just the number."         a in 2..99, b in 2..9
 `chat_max`:  "Which number is larger, 23 or 41? Answer with just ..."   a != b in 0..99
 `chat_next`: "What number comes right after 379? Answer with just ..."  a in 0..999
+`chat_prev`: "What number comes right before 379? Answer with just ..." a in 1..1000
 `chat_steps`: "What is 14 + 6 - 8?" (a in 10..29, b and c in 1..9) after one worked example in the prompt
 ("15 + 2 = 17. 17 - 3 = 14. Answer: 14"): the model must work out the first step and carry its result
 into the second. (As a word problem, "Mia has 14 pens. Mia gets 6 more ..., then gives 8 away", the
@@ -76,6 +77,8 @@ OPERATIONS = {
                      label=lambda a, b: f"{a} or {b}"),
     "next": Operation("", lambda a: a + 1, lambda: [(a,) for a in range(1000)], False,
                       ask=lambda a: f"What number comes right after {a}? {INSTRUCTION}", label=lambda a: f"after {a}"),
+    "prev": Operation("", lambda a: a - 1, lambda: [(a,) for a in range(1, 1001)], False,
+                      ask=lambda a: f"What number comes right before {a}? {INSTRUCTION}", label=lambda a: f"before {a}"),
     "steps": Operation("_", lambda a, b, c: a + b - c,
                        lambda: [(a, b, c) for a in range(10, 30) for b in range(1, 10) for c in range(1, 10)],
                        False, ask=lambda a, b, c: f"{STEPS_EXAMPLE}What is {a} + {b} - {c}?",
@@ -101,6 +104,7 @@ def make_rows(name: str, split: str, n: int | None = None, seed: int = 0) -> lis
 
 DESCRIPTIONS = {"add": "a + b, a and b in 0..50", "sub": "a - b, 0 <= b <= a <= 50", "mul": "a times b, a in 2..99, b in 2..9",
                 "max": "the larger of two numbers in 0..99", "next": "the number after a, a in 0..999",
+                "prev": "the number before a, a in 1..1000",
                 "steps": "a + b - c in two steps after one worked example, a in 10..29, b and c in 1..9"}
 for _name, _desc in DESCRIPTIONS.items():
     register_task(Task(

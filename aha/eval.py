@@ -82,6 +82,10 @@ def evaluate(model, tokenizer, task: Task, rows: list[dict], k: list[int] = (1,)
                              batch_size, seed, "greedy", progress)
     ok = _score(task, verifier, rows, greedy, 1)
     summary = {"accuracy": sum(ok) / len(rows), "accuracy_ci95": list(wilson(sum(ok), len(rows)))}
+    for part in task.parts:  # a mixture: each task's own accuracy (`accuracy/chat_add`)
+        mine = [c for r, c in zip(rows, ok) if str(r.get("id", "")).startswith(f"{part}:")]
+        if mine:
+            summary[f"accuracy/{part}"] = sum(mine) / len(mine)
     if task.asks_format:  # the share of answers in the format the prompt asked for
         summary["format_frac"] = sum(_score(task, format_reward, rows, greedy, 1)) / len(rows)
     summary.update({"len_mean": sum(glen) / len(glen), "num_problems": len(rows)})
@@ -125,7 +129,7 @@ def make_eval_fn(task: Task, rows: list[dict], max_new_tokens: int | None = None
         eval_fn.answers = [{"id": r["id"], "prompt": r["prompt"], "answer": r["answer"],
                             "greedy": r["greedy"][:ANSWER_CHARS], "correct": bool(r["greedy_correct"])}
                            for r in records[:HELD_OUT_SHOWN]]
-        return {k: summary[k] for k in ("accuracy", "format_frac", "len_mean") if k in summary}
+        return {k: v for k, v in summary.items() if k in ("accuracy", "format_frac", "len_mean") or k.startswith("accuracy/")}
     eval_fn.answers = []
     return eval_fn
 

@@ -101,3 +101,26 @@ def test_eval_takes_threads_and_help_does_not_import_torch(tiny_dir, tmp_path):
     probe = "import sys; from aha.cli import main; main(['--help']); print('torch' in sys.modules, 'transformers' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip().splitlines()[-1] == "False False"  # `aha --help` loads no ML library: it is instant
+
+
+def test_a_mixture_reports_each_part_accuracy(tiny_dir):
+    """Part "a" asks for answers the verifier always accepts, part "b" for ones it never does."""
+    from aha.eval import evaluate, make_eval_fn
+    from aha.models import load_model, load_tokenizer
+    from aha.tasks.base import Task, mixture
+
+    def verifier(prompts, completions, answer, **kw):
+        return [1.0 if a == "yes" else 0.0 for a in answer]
+
+    def part(name, answer, size):
+        return Task(name=name, rewards=lambda: [verifier], correct=lambda: verifier, max_completion_length=4,
+                    load=lambda split, n=None, seed=0: [{"prompt": f"3+{i}=", "answer": answer, "id": f"{split}/{i}"}
+                                                        for i in range(size)])
+    mix = mixture([part("a", "yes", 3), part("b", "no", 5)])
+    rows = mix.load("test")
+    model, tok = load_model(tiny_dir, "float32"), load_tokenizer(tiny_dir)
+    summary, records = evaluate(model, tok, mix, rows)
+    assert [r["id"] for r in records] == ["a:test/0", "b:test/0", "a:test/1", "b:test/1", "a:test/2", "b:test/2"]
+    assert summary["accuracy/a"] == 1.0 and summary["accuracy/b"] == 0.0 and summary["accuracy"] == 0.5
+    metrics = make_eval_fn(mix, rows)(model, tok)
+    assert metrics["accuracy/a"] == 1.0 and metrics["accuracy/b"] == 0.0 and metrics["accuracy"] == 0.5

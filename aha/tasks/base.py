@@ -27,6 +27,8 @@ class Task:
     """Its prompts ask for R1's <think>/<answer> format, so evaluation reports the share that follows it."""
     description: str = ""
     """One line for `--help` and listings."""
+    parts: tuple[str, ...] = ()
+    """A mixture's tasks: row ids start with "PART:" and evaluation reports each part's accuracy too."""
 
 
 TASKS: dict[str, Task] = {}
@@ -92,5 +94,5 @@ def mixture(parts: list[Task]) -> Task:
 
     return Task(name=name, load=load, rewards=first.rewards, correct=first.correct, extract=first.extract,
                 reward_weights=first.reward_weights, max_completion_length=max(t.max_completion_length for t in parts),
-                splits=first.splits, asks_format=first.asks_format,
+                splits=first.splits, asks_format=first.asks_format, parts=tuple(t.name for t in parts),
                 description="equal parts of " + ", ".join(t.name for t in parts))

@@ -129,7 +129,8 @@ def make_eval_fn(task: Task, rows: list[dict], max_new_tokens: int | None = None
         eval_fn.answers = [{"id": r["id"], "prompt": r["prompt"], "answer": r["answer"],
                             "greedy": r["greedy"][:ANSWER_CHARS], "correct": bool(r["greedy_correct"])}
                            for r in records[:HELD_OUT_SHOWN]]
-        return {k: v for k, v in summary.items() if k in ("accuracy", "format_frac", "len_mean") or k.startswith("accuracy/")}
+        return {k: v for k, v in summary.items()
+                if k in ("accuracy", "format_frac", "len_mean") or k.startswith("accuracy/")}
     eval_fn.answers = []
     return eval_fn
 

@@ -114,8 +114,8 @@ def test_a_mixture_reports_each_part_accuracy(tiny_dir):
 
     def part(name, answer, size):
         return Task(name=name, rewards=lambda: [verifier], correct=lambda: verifier, max_completion_length=4,
-                    load=lambda split, n=None, seed=0: [{"prompt": f"3+{i}=", "answer": answer, "id": f"{split}/{i}"}
-                                                        for i in range(size)])
+                    load=lambda split, n=None, seed=0: [
+                        {"prompt": f"3+{i}=", "answer": answer, "id": f"{split}/{i}"} for i in range(size)])
     mix = mixture([part("a", "yes", 3), part("b", "no", 5)])
     rows = mix.load("test")
     model, tok = load_model(tiny_dir, "float32"), load_tokenizer(tiny_dir)

@@ -31,9 +31,11 @@ def test_splits_are_disjoint_and_cover_every_problem(name):
 
 
 ANSWERS = {"chat_add": lambda a, b: a + b, "chat_sub": lambda a, b: a - b, "chat_mul": lambda a, b: a * b,
-           "chat_max": max, "chat_next": lambda a: a + 1, "chat_prev": lambda a: a - 1, "chat_steps": lambda a, b, c: a + b - c}
+           "chat_max": max, "chat_next": lambda a: a + 1, "chat_prev": lambda a: a - 1,
+           "chat_steps": lambda a, b, c: a + b - c}
 ASKED = {"chat_add": "What is {} + {}?", "chat_sub": "What is {} - {}?", "chat_mul": "What is {} times {}?",
-         "chat_max": "Which number is larger, {} or {}?", "chat_next": "What number comes right after {}?", "chat_prev": "What number comes right before {}?"}
+         "chat_max": "Which number is larger, {} or {}?", "chat_next": "What number comes right after {}?",
+         "chat_prev": "What number comes right before {}?"}
 
 
 @pytest.mark.parametrize("name", TASKS)

@@ -77,7 +77,7 @@ def mixture(parts: list[Task]) -> Task:
     Raises if the parts score replies differently, since one reward would then be wrong for some rows."""
     first = parts[0]
     for t in parts[1:]:
-        if ([f for f in t.rewards()] != [f for f in first.rewards()] or t.correct() is not first.correct()
+        if (t.rewards() != first.rewards() or t.correct() is not first.correct()
                 or t.reward_weights != first.reward_weights or t.splits != first.splits):
             raise ValueError(f"tasks '{first.name}' and '{t.name}' have different verifiers or splits; a mixture "
                              "needs tasks scored the same way")
@@ -87,7 +87,7 @@ def mixture(parts: list[Task]) -> Task:
         check_split(name, split, first.splits)
         each = [t.load(split, seed=seed) for t in parts]
         k = min(map(len, each))
-        rows = [{**rows[i], "id": f"{t.name}:{rows[i]['id']}"} for i in range(k) for t, rows in zip(parts, each)]
+        rows = [{**own[i], "id": f"{t.name}:{own[i]['id']}"} for i in range(k) for t, own in zip(parts, each)]
         if n is not None and not 0 < n <= len(rows):
             raise ValueError(f"asked for {n} {split} rows of {name}; it has {len(rows)} ({k} of each part)")
         return rows[:n]

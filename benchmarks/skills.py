@@ -9,12 +9,19 @@ each later model the change on the same problems with its paired bootstrap 95% i
 whatever dtype trained the model), on each task's held-out split. Writes the table and a JSON next to it
 when --out is given; a model's results already in that JSON (same model name, task and dtype) are reused, so
 adding a trained model does not re-evaluate the base (after retraining a model in place, use a new --out).
+
+With --spread the trained models are runs of one setting that differ only in the seed, and a second table gives,
+per task, min / median / max of their changes, the mean change with its Student t 95% interval over seeds, and
+how many runs gained, stayed within their interval or fell:
+
+    .venv/bin/python benchmarks/skills.py smollm2-135m-instruct runs/s0/model runs/s1/model runs/s2/model --spread
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 from pathlib import Path
 
@@ -61,6 +68,23 @@ def accuracy_table(models: list[str], tasks: list[str], dtype: str = "float32", 
     return head + "\n".join(lines) + "\n", results
 
 
+def spread_table(models: list[str], results: dict) -> str:
+    """Per task, the trained models' changes against the first model, taken as seeds of one setting."""
+    from aha.stats import seed_interval
+    lines = ["| task | base | change min / median / max, points | mean change [95% CI over seeds] "
+             "| runs gain / = / fell |", "|---|---|---|---|---|"]
+    for name, per in results.items():
+        runs = [per[m] for m in models[1:]]
+        changes = [100 * r["change"] for r in runs]
+        lo, hi = seed_interval(changes)
+        verdicts = ["gain" if r["change_ci95"][0] > 0 else "fell" if r["change_ci95"][1] < 0 else "=" for r in runs]
+        lines.append(f"| {name} | {per[models[0]]['accuracy']:.1%} | {min(changes):+.1f} / "
+                     f"{statistics.median(changes):+.1f} / {max(changes):+.1f} | {statistics.mean(changes):+.1f} "
+                     f"[{lo:+.1f}, {hi:+.1f}] | {verdicts.count('gain')} / {verdicts.count('=')} / "
+                     f"{verdicts.count('fell')} |")
+    return "\n".join(lines) + "\n"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("models", nargs="+", help="the reference (base) first, then trained models")
@@ -68,11 +92,17 @@ def main():
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", help="write skills.md and skills.json into this directory")
+    ap.add_argument("--spread", action="store_true", help="the trained models are seeds of one setting: add a "
+                    "table of the spread of their changes (needs two or more)")
     a = ap.parse_args()
+    if a.spread and len(a.models) < 3:
+        ap.error("--spread needs the base and at least two trained models")
     torch.set_num_threads(a.threads)
     known = Path(a.out, "skills.json") if a.out else None
     table, results = accuracy_table(a.models, a.tasks, a.dtype,
                                     known=json.loads(known.read_text()) if known and known.is_file() else None)
+    if a.spread:
+        table += "\n" + spread_table(a.models, results)
     print(table)
     if a.out:
         out = Path(a.out)

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from aha.stats import bootstrap, is_gain, paired_gain, wilson
+from aha.stats import bootstrap, is_gain, paired_gain, seed_interval, wilson
 
 
 def test_wilson_by_hand():
@@ -41,3 +41,13 @@ def test_paired_gain_and_the_gain_rule():
     assert gain == pytest.approx(0.3) and is_gain(ci)
     gain, ci = paired_gain([0.0, 1.0] * 50, [1.0, 0.0] * 50)  # as many lost as won: no gain
     assert gain == 0.0 and not is_gain(ci)
+
+
+def test_seed_interval_by_hand():
+    # 10, 20, 30: mean 20, sd 10, t(2) = 4.303 -> 20 -+ 4.303 * 10 / sqrt(3) = 20 -+ 24.843
+    lo, hi = seed_interval([10.0, 20.0, 30.0])
+    assert (round(lo, 3), round(hi, 3)) == (-4.843, 44.843)
+    # 12 runs alternating 0 and 2: mean 1, sd sqrt(12/11); t(11) = 2.201 from the expansion (table value 2.2010)
+    lo, hi = seed_interval([0.0, 2.0] * 6)
+    assert hi - 1 == pytest.approx(2.201 * math.sqrt(12 / 11) / math.sqrt(12), abs=1e-3) and lo == pytest.approx(2 - hi)
+    assert all(math.isnan(x) for x in seed_interval([5.0]))

@@ -98,9 +98,9 @@ def main():
     if a.spread and len(a.models) < 3:
         ap.error("--spread needs the base and at least two trained models")
     torch.set_num_threads(a.threads)
-    known = Path(a.out, "skills.json") if a.out else None
-    table, results = accuracy_table(a.models, a.tasks, a.dtype,
-                                    known=json.loads(known.read_text()) if known and known.is_file() else None)
+    path = Path(a.out, "skills.json") if a.out else None
+    known = json.loads(path.read_text()) if path and path.is_file() else {}
+    table, results = accuracy_table(a.models, a.tasks, a.dtype, known=known)
     if a.spread:
         table += "\n" + spread_table(a.models, results)
     print(table)
@@ -108,7 +108,9 @@ def main():
         out = Path(a.out)
         out.mkdir(parents=True, exist_ok=True)
         (out / "skills.md").write_text(table)
-        (out / "skills.json").write_text(json.dumps(results, indent=1))
+        for name, per in results.items():  # keep the models and tasks of earlier calls too
+            known.setdefault(name, {}).update(per)
+        (out / "skills.json").write_text(json.dumps(known, indent=1))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """benchmarks/skills.py --spread: the seed-spread table from per-problem results, checked by hand."""
 
 import importlib.util
+import json
 from pathlib import Path
 
 from aha.stats import paired_gain
@@ -26,3 +27,15 @@ def test_spread_table_by_hand():
     rows = table.splitlines()
     assert rows[2] == "| chat_add | 0.0% | +10.0 / +20.0 / +30.0 | +20.0 [-4.8, +44.8] | 3 / 0 / 0 |"
     assert rows[3] == "| chat_sub | 0.0% | +0.0 / +0.0 / +0.0 | +0.0 [+0.0, +0.0] | 0 / 3 / 0 |"
+
+
+def test_the_results_file_keeps_earlier_models(tmp_path, monkeypatch):
+    # a second call with other trained models adds them to skills.json and keeps the first call's
+    def fake_table(models, tasks, dtype, known):
+        results = {t: {m: known.get(t, {}).get(m) or run([1.0] * 10 + [0.0] * 90) for m in models} for t in tasks}
+        return "table\n", results
+    monkeypatch.setattr(skills, "accuracy_table", fake_table)
+    for models in (["base", "a"], ["base", "b", "c"]):
+        monkeypatch.setattr("sys.argv", ["skills.py", *models, "--tasks", "chat_add", "--out", str(tmp_path)])
+        skills.main()
+    assert sorted(json.loads((tmp_path / "skills.json").read_text())["chat_add"]) == ["a", "b", "base", "c"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 from typing import Callable, Sequence
 
 Z95 = 1.959964
@@ -59,8 +60,7 @@ def seed_interval(values: Sequence[float]) -> tuple[float, float]:
     n = len(values)
     if n < 2:
         return (math.nan, math.nan)
-    df, mean = n - 1, sum(values) / n
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / df)
+    df, mean, sd = n - 1, statistics.mean(values), statistics.stdev(values)
     t = T975.get(df) or Z95 + (Z95 ** 3 + Z95) / (4 * df) + (5 * Z95 ** 5 + 16 * Z95 ** 3 + 3 * Z95) / (96 * df * df)
     return (mean - t * sd / math.sqrt(n), mean + t * sd / math.sqrt(n))
 
@@ -68,3 +68,8 @@ def seed_interval(values: Sequence[float]) -> tuple[float, float]:
 def is_gain(interval: tuple[float, float]) -> bool:
     """True when the whole interval lies above 0."""
     return interval[0] > 0
+
+
+def verdict(interval: tuple[float, float]) -> str:
+    """"gain" or "fell" when the interval of a change lies wholly above or below 0, "=" otherwise."""
+    return "gain" if is_gain(interval) else "fell" if interval[1] < 0 else "="

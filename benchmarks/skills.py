@@ -34,7 +34,7 @@ def accuracy_table(models: list[str], tasks: list[str], dtype: str = "float32", 
                    known: dict | None = None) -> tuple[str, dict]:
     from aha.eval import evaluate
     from aha.models import load_model, load_tokenizer
-    from aha.stats import paired_gain
+    from aha.stats import paired_gain, verdict
     from aha.tasks import get_task
     known, results = known or {}, {}
     for m in models:
@@ -61,9 +61,9 @@ def accuracy_table(models: list[str], tasks: list[str], dtype: str = "float32", 
             r = per[m]
             change, ci = paired_gain(ref["correct"], r["correct"])
             r["change"], r["change_ci95"] = change, list(ci)
-            verdict = "gain" if ci[0] > 0 else "fell" if ci[1] < 0 else "="
+            r["verdict"] = verdict(ci)
             cells.append(f"{r['accuracy']:.1%} [{r['ci95'][0]:.1%}, {r['ci95'][1]:.1%}]; "
-                         f"{100 * change:+.1f} [{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}] {verdict}")
+                         f"{100 * change:+.1f} [{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}] {r['verdict']}")
         lines.append(f"| {name} | {len(ref['correct'])} | " + " | ".join(cells) + " |")
     return head + "\n".join(lines) + "\n", results
 
@@ -77,7 +77,7 @@ def spread_table(models: list[str], results: dict) -> str:
         runs = [per[m] for m in models[1:]]
         changes = [100 * r["change"] for r in runs]
         lo, hi = seed_interval(changes)
-        verdicts = ["gain" if r["change_ci95"][0] > 0 else "fell" if r["change_ci95"][1] < 0 else "=" for r in runs]
+        verdicts = [r["verdict"] for r in runs]
         lines.append(f"| {name} | {per[models[0]]['accuracy']:.1%} | {min(changes):+.1f} / "
                      f"{statistics.median(changes):+.1f} / {max(changes):+.1f} | {statistics.mean(changes):+.1f} "
                      f"[{lo:+.1f}, {hi:+.1f}] | {verdicts.count('gain')} / {verdicts.count('=')} / "

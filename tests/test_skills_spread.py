@@ -4,7 +4,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-from aha.stats import paired_gain
+from aha.stats import paired_gain, verdict
 
 spec = importlib.util.spec_from_file_location("skills", Path(__file__).parents[1] / "benchmarks" / "skills.py")
 skills = importlib.util.module_from_spec(spec)
@@ -13,7 +13,8 @@ spec.loader.exec_module(skills)
 
 def run(correct: list[float]) -> dict:
     change, ci = paired_gain([0.0] * 100, correct)
-    return {"accuracy": sum(correct) / len(correct), "correct": correct, "change": change, "change_ci95": list(ci)}
+    return {"accuracy": sum(correct) / len(correct), "correct": correct, "change": change, "change_ci95": list(ci),
+            "verdict": verdict(ci)}
 
 
 def test_spread_table_by_hand():

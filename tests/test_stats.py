@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from aha.stats import bootstrap, is_gain, paired_gain, seed_interval, wilson
+from aha.stats import bootstrap, is_gain, paired_gain, seed_interval, verdict, wilson
 
 
 def test_wilson_by_hand():
@@ -41,6 +41,7 @@ def test_paired_gain_and_the_gain_rule():
     assert gain == pytest.approx(0.3) and is_gain(ci)
     gain, ci = paired_gain([0.0, 1.0] * 50, [1.0, 0.0] * 50)  # as many lost as won: no gain
     assert gain == 0.0 and not is_gain(ci)
+    assert (verdict((0.01, 0.2)), verdict((-0.1, 0.1)), verdict((-0.2, -0.01))) == ("gain", "=", "fell")
 
 
 def test_seed_interval_by_hand():

@@ -2,11 +2,13 @@
 
 import asyncio
 import math
+import threading
 
 import pytest
 import torch
 
 from aha.config import GRPOConfig
+from aha.rollout import HFEngine
 from aha.train.grpo import GRPOTrainer
 
 PROMPTS = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a in range(10) for b in range(3)]
@@ -362,3 +364,54 @@ def test_dynamic_sampling_stops_after_its_rounds(tiny_dir, tmp_path):
     assert metrics["sampling/rounds"] == 2 and metrics["sampling/groups"] == 0
     assert metrics["sampling/dropped_groups"] == 2 + 2 + 2 - 2 and metrics["reward/zero_std_frac"] == 1
     assert metrics["loss"] == 0 and metrics["train/trained_frac"] == 0  # nothing carried a gradient
+
+
+def test_streamed_rewards_give_the_same_batch(tiny_dir, tmp_path):
+    """stream_rewards scores each group while the rest decode: same completions, rewards and advantages."""
+    batches = []
+    for stream in (False, True):
+        t = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], train_dataset=PROMPTS,
+                        args=args(tmp_path / str(stream), stream_rewards=stream, temperature=1.0))
+        batches.append(t.next_batch())
+    (a, ma), (b, mb) = batches
+    assert a.completion_ids == b.completion_ids
+    assert torch.equal(a.rewards, b.rewards) and torch.equal(a.advantages, b.advantages)
+    assert ma["reward/mean"] == mb["reward/mean"] and ma["reward/digit_share/std"] == mb["reward/digit_share/std"]
+    assert mb["perf/reward_s"] > 0 and mb["perf/generate_s"] > 0
+
+
+def test_a_finished_group_is_scored_while_the_engine_still_generates(tiny_dir, tmp_path):
+    """The engine reports group 0, then waits for its reward before it generates the rest: that returns only if
+    the group was scored during generation (without streaming the wait runs out and the test fails)."""
+    scored, waited = threading.Event(), []
+
+    class Stalling(HFEngine):
+        def generate(self, prompt_ids, n, params, generator=None, on_group=None):
+            out = super().generate(prompt_ids, n, params, generator)
+            on_group(0, type(out)(out.completion_ids[:n], out.truncated[:n], out.version))
+            waited.append(scored.wait(timeout=30))
+            for i in range(1, len(prompt_ids)):
+                on_group(i, type(out)(out.completion_ids[i * n:(i + 1) * n], out.truncated[i * n:(i + 1) * n],
+                                      out.version))
+            return out
+
+    def reward(prompts, completions, **kw):
+        scored.set()
+        return digit_share(prompts, completions)
+
+    t = GRPOTrainer(model=tiny_dir, reward_funcs=[reward], train_dataset=PROMPTS, engine_factory=Stalling.for_model,
+                    args=args(tmp_path, stream_rewards=True))
+    batch, _ = t.next_batch()
+    assert waited == [True] and len(batch.completion_ids) == 8
+
+
+def test_an_engine_error_on_the_generation_thread_reaches_the_caller(tiny_dir, tmp_path):
+    class Broken(HFEngine):
+        def generate(self, prompt_ids, n, params, generator=None, on_group=None):
+            on_group(0, super().generate(prompt_ids[:1], n, params, generator))
+            raise ValueError("engine failed mid-rollout")
+
+    t = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], train_dataset=PROMPTS, engine_factory=Broken.for_model,
+                    args=args(tmp_path, stream_rewards=True))
+    with pytest.raises(ValueError, match="engine failed mid-rollout"):
+        t.next_batch()

@@ -166,3 +166,26 @@ def test_cpu_autocast_runs_the_cached_attention_in_float32(tok, monkeypatch):
     assert set(projections) == {torch.bfloat16}
     assert model.config._attn_implementation == "sdpa"
     assert got.completion_ids == [w for w in want for _ in range(2)]
+
+
+@pytest.mark.parametrize("layer_cache, max_batch", [(True, 512), (True, 3), (False, 512)])
+def test_each_group_is_reported_once_as_it_finishes(tok, layer_cache, max_batch, monkeypatch):
+    """on_group(i, rollout): every prompt once, its n rows exactly as in the returned rollout, in the order the
+    groups finish (a group that stops early is handed over while the others decode); max_batch=3 with n=3 puts
+    one prompt per chunk, so the chunk offsets are checked too."""
+    model = model_of(tok, "llama")
+    if not layer_cache:
+        monkeypatch.setattr(engine_module.LayerCache, "supports", staticmethod(lambda m, n: False))
+    ref = [reference_greedy(model, p, T) for p in PROMPTS]
+    eos = {ref[0][4], ref[2][7]}
+    finish = [len(c) if not t else T for c, t in (cut_at(r, eos) for r in ref)]  # decode steps each group takes
+    assert len(set(finish)) > 1
+    n, calls = 3, []
+    out = HFEngine(model, sorted(eos), tok.pad_token_id, max_batch=max_batch).generate(
+        PROMPTS, n, SamplingParams(temperature=0, max_new_tokens=T), on_group=lambda i, r: calls.append((i, r)))
+    assert sorted(i for i, _ in calls) == list(range(len(PROMPTS)))
+    for i, r in calls:
+        assert r.completion_ids == out.completion_ids[i * n:(i + 1) * n]
+        assert r.truncated == out.truncated[i * n:(i + 1) * n]
+    if max_batch == 512:  # one batch: reported in the order they finish
+        assert [finish[i] for i, _ in calls] == sorted(finish)

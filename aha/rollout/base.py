@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Callable, Protocol, runtime_checkable
 
 import torch
 
@@ -34,6 +34,10 @@ class Rollout:
     """With SamplingParams.logprobs: log pi(token | prefix) of each generated token, logits / temperature."""
 
 
+GroupCallback = Callable[[int, Rollout], None]
+"""on_group(i, rollout): prompt i's n completions (a Rollout of n rows) are finished."""
+
+
 @runtime_checkable
 class Engine(Protocol):
     """A generation engine: token ids in, a Rollout out. HFEngine implements it in-process; another
@@ -43,8 +47,10 @@ class Engine(Protocol):
     """Weight version: 0 at start, set by each update_weights."""
 
     def generate(self, prompt_ids: list[list[int]], n: int, params: SamplingParams,
-                 generator: torch.Generator | None = None) -> Rollout:
-        """n completions of each prompt, prompt-major."""
+                 generator: torch.Generator | None = None, on_group: GroupCallback | None = None) -> Rollout:
+        """n completions of each prompt, prompt-major. An engine that can tell when one prompt's n completions are
+        all finished calls `on_group(i, rollout_of_those_n)` then, from the thread it generates on, so they can be
+        scored while the others still decode (optional: the trainer asks only engines whose `generate` takes it)."""
 
     def update_weights(self, model, version: int) -> None:
         """Sample from `model`'s current weights from now on, tagged `version`."""

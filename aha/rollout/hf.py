@@ -20,7 +20,7 @@ from torch import Tensor
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from .base import Rollout, SamplingParams
+from .base import GroupCallback, Rollout, SamplingParams
 
 CACHE_CHUNK = 256
 """Key/value columns LayerCache starts with past the prompt and adds at least when full (it grows by half):
@@ -211,15 +211,16 @@ class HFEngine:
 
     @torch.no_grad()
     def generate(self, prompt_ids: list[list[int]], n: int, params: SamplingParams,
-                 generator: torch.Generator | None = None) -> Rollout:
-        """n completions per prompt, prompt-major (see Rollout)."""
+                 generator: torch.Generator | None = None, on_group: GroupCallback | None = None) -> Rollout:
+        """n completions per prompt, prompt-major (see Rollout); `on_group(i, rollout)` as each prompt's n finish."""
         if not prompt_ids or any(len(p) == 0 for p in prompt_ids):
             raise ValueError("generate needs at least one prompt and no empty prompt")
         was_training = self.model.training
         self.model.eval()
         try:
             per_chunk = max(1, self.max_batch // n)
-            parts = [self._chunk(prompt_ids[i:i + per_chunk], n, params, generator)
+            parts = [self._chunk(prompt_ids[i:i + per_chunk], n, params, generator,
+                                 on_group and (lambda g, r, i=i: on_group(i + g, r)))
                      for i in range(0, len(prompt_ids), per_chunk)]
         finally:
             self.model.train(was_training)
@@ -228,7 +229,7 @@ class HFEngine:
                        logprobs=[x for p in parts for x in p.logprobs] if params.logprobs else None)
 
     def _chunk(self, prompts: list[list[int]], n: int, params: SamplingParams,
-               generator: torch.Generator | None) -> Rollout:
+               generator: torch.Generator | None, on_group: GroupCallback | None = None) -> Rollout:
         device = next(self.model.parameters()).device
         P, L, T = len(prompts), max(len(p) for p in prompts), params.max_new_tokens
         ids = torch.full((P, L), self.pad, dtype=torch.long)                    # [P,L] left-padded
@@ -251,6 +252,12 @@ class HFEngine:
         done = torch.zeros(M, dtype=torch.bool, device=device)                  # [M]
         rows = torch.arange(M, device=device)    # output row of each batch row   [m]
         logp = torch.zeros((M, T), device=device) if params.logprobs else None  # [M,T]
+        reported = torch.zeros(P, dtype=torch.bool, device=device)              # [P] groups given to on_group
+
+        def report(groups: Tensor) -> None:  # [P] bool: these groups' n rows are finished
+            for g in groups.nonzero().squeeze(-1).tolist():
+                reported[g] = True
+                on_group(g, self._rows(out, length, done, logp, range(g * n, (g + 1) * n)))
         for t in range(T):
             tok = sample_tokens(logits, params, generator)                      # [m]
             live = ~done[rows]                                                   # [m]
@@ -260,6 +267,8 @@ class HFEngine:
                 logp[rows[live], t] = scaled.log_softmax(-1).gather(-1, tok[:, None]).squeeze(-1)[live]
             length[rows[live]] = t + 1
             done[rows[live & torch.isin(tok, eos)]] = True
+            if on_group is not None and t < T - 1:
+                report(done.view(P, n).all(1) & ~reported)                      # [P]
             if t == T - 1 or bool(done.all()):
                 break
             finished = done[rows]
@@ -269,6 +278,15 @@ class HFEngine:
                 rows, tok, next_pos = rows[keep], tok[keep], next_pos[keep]
             logits = cache.forward(tok[:, None], next_pos[:, None])
             next_pos = next_pos + 1
-        out, length, done = out.cpu(), length.cpu(), done.cpu()
-        return Rollout(completion_ids=[out[i, :length[i]].tolist() for i in range(M)], truncated=(~done).tolist(),
-                       logprobs=None if logp is None else [logp[i, :length[i]].tolist() for i in range(M)])
+        if on_group is not None:
+            report(~reported)
+        return self._rows(out, length, done, logp, range(M))
+
+    def _rows(self, out: Tensor, length: Tensor, done: Tensor, logp: Tensor | None, rows: range) -> Rollout:
+        """The Rollout of output rows `rows` (a range), from the decode loop's buffers."""
+        part = slice(rows.start, rows.stop)
+        out, length, done = out[part].cpu(), length[part].tolist(), done[part].cpu()
+        logp = None if logp is None else logp[part].cpu()
+        return Rollout(completion_ids=[o[:k].tolist() for o, k in zip(out, length)], truncated=(~done).tolist(),
+                       version=self.version,
+                       logprobs=None if logp is None else [x[:k].tolist() for x, k in zip(logp, length)])

@@ -12,7 +12,11 @@ Where this departs from the DeepSeekMath paper, by default (each a config switch
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import math
+import queue
+import threading
 import time
 from types import SimpleNamespace
 from typing import Callable
@@ -265,12 +269,63 @@ class GRPOTrainer(Trainer):
         return ((g.count.squeeze(-1) >= 2) & (g.std.squeeze(-1) > 0)).nonzero().squeeze(-1).tolist()
 
     def rollout(self, idx: list[int]) -> tuple[GRPOBatch, dict[str, float]]:
-        """Generate G completions for each of the B prompts `idx` and score them (advantages: `assemble`)."""
-        G = self.args.num_generations
-        out = self.engine.generate([self.prompt_ids[i] for i in idx], G, self.sampling, self.generator)
+        """Generate G completions for each of the B prompts `idx` and score them (advantages: `assemble`).
+        `perf/score_s` is the scoring time left after generation ended; `perf/reward_s` all of it."""
+        rows, prompts = [self.rows[i] for i in idx], [self.prompt_ids[i] for i in idx]
+        streams = "on_group" in inspect.signature(self.engine.generate).parameters  # an optional Engine argument
+        if self.args.stream_rewards and streams and len(idx) > 1:
+            return self._streamed_rollout(rows, prompts)
+        out = self.engine.generate(prompts, self.args.num_generations, self.sampling, self.generator)
         t0 = time.perf_counter()
-        batch, metrics = self.score([self.rows[i] for i in idx], [self.prompt_ids[i] for i in idx], out)
-        return batch, {**metrics, "perf/score_s": time.perf_counter() - t0}
+        batch, metrics = self.score(rows, prompts, out)
+        scoring = time.perf_counter() - t0
+        return batch, {**metrics, "perf/score_s": scoring, "perf/reward_s": scoring}
+
+    def _streamed_rollout(self, rows: list[dict], prompts: list[list[int]]) -> tuple[GRPOBatch, dict[str, float]]:
+        """`rollout` with each group scored here while the engine, on a helper thread, decodes the rest."""
+        finished: queue.Queue = queue.Queue()
+        result: dict = {}
+
+        def generate() -> None:  # autocast is per thread: the helper enters the step's own
+            try:
+                with self.autocast():
+                    result["out"] = self.engine.generate(prompts, self.args.num_generations, self.sampling,
+                                                         self.generator, on_group=lambda i, r: finished.put((i, r)))
+            except BaseException as e:  # re-raised on the calling thread
+                result["error"] = e
+            finally:
+                result["end"] = time.perf_counter()
+                finished.put(None)
+
+        thread = threading.Thread(target=generate, daemon=True, name="aha-generate")
+        thread.start()
+        parts: list = [None] * len(rows)
+        scoring = 0.0
+        while (item := self._next_group(finished, thread)) is not None:
+            t0 = time.perf_counter()
+            i, group = item
+            parts[i] = self.score([rows[i]], [prompts[i]], group)
+            scoring += time.perf_counter() - t0
+        thread.join(timeout=60.0)
+        if "error" in result:
+            raise result["error"]
+        if any(p is None for p in parts):
+            raise RuntimeError(f"the engine reported no finished completions for prompts "
+                               f"{[i for i, p in enumerate(parts) if p is None]}")
+        batch = GRPOBatch.cat([b for b, _ in parts])
+        metrics = merge_reward_metrics(self.reward_funcs, [m for _, m in parts], batch.rewards_per_func)
+        return batch, {**metrics, "perf/score_s": time.perf_counter() - result["end"], "perf/reward_s": scoring}
+
+    @staticmethod
+    def _next_group(finished: queue.Queue, thread: threading.Thread):
+        """The next (i, rollout) the generation thread reported, or None once it is done; waits in 1 s turns
+        while the thread is alive, so a thread that died without a word is an error, not a hang."""
+        while True:
+            try:
+                return finished.get(timeout=1.0)
+            except queue.Empty:
+                if not thread.is_alive() and finished.empty():
+                    raise RuntimeError("the generation thread ended without finishing its rollout") from None
 
     def score(self, rows: list[dict], prompt_ids: list[list[int]], out, texts: list[str] | None = None
               ) -> tuple[GRPOBatch, dict[str, float]]:

@@ -8,8 +8,8 @@ elsewhere (unit tests in a sandbox process, a remote checker), so its time is wa
 process. The random model's own EOS ends its completions anywhere from a few tokens to the cap, so groups
 finish at different times, as in training. Each cell is the median over --rounds of `trainer.next_batch()`
 (the rollout without the update), alternating off / on, after one untimed warm-up; the streamed run reports
-how much of its scoring was left after generation ended (`perf/score_s`) and how much there was in all
-(`perf/reward_s`). Same seed both ways: the completions and rewards are identical (tests/test_grpo.py).
+how much of its scoring was left after generation ended (rollout - `perf/generate_s`) and how much there
+was in all (`perf/reward_s`). Same seed both ways: the completions and rewards are identical (tests/test_grpo.py).
 """
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def main() -> None:
                 batch, m = trainer.next_batch()
                 wall = time.perf_counter() - t0
                 if r:  # round 0 warms up
-                    runs[stream].append((wall, wall - m["perf/score_s"], m["perf/score_s"], m["perf/reward_s"],
+                    runs[stream].append((wall, m["perf/generate_s"], wall - m["perf/generate_s"], m["perf/reward_s"],
                                          sum(map(len, batch.completion_ids)) / len(batch.completion_ids)))
         for stream in (False, True):
             cells = [statistics.median(x) for x in zip(*runs[stream])]

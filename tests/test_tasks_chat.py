@@ -123,13 +123,13 @@ def test_example_configs_parse(name, task, lora):
     assert cfg.generation_batch_size % cfg.num_generations == 0
 
 
-def test_the_two_step_config_starts_from_the_addition_config_output():
-    """The curriculum's second stage trains chat_steps from the model the first stage writes."""
+def test_the_two_step_config_starts_from_the_mixture_config_output():
+    """The curriculum's second stage trains chat_steps from the model the first stage (chat_add+chat_next) writes."""
     from pathlib import Path
 
     from aha.config import GRPOConfig, parse_args
     examples = Path(__file__).parents[1] / "examples"
-    add = parse_args(GRPOConfig, [str(examples / "grpo_smollm2.yaml")])
+    add = parse_args(GRPOConfig, [str(examples / "grpo_smollm2_mix.yaml")])
     steps = parse_args(GRPOConfig, [str(examples / "grpo_smollm2_steps.yaml")])
     assert steps.task == "chat_steps" and steps.model == f"{add.output_dir}/model"
     assert steps.max_completion_length <= get_task("chat_steps").max_completion_length

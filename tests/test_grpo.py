@@ -405,7 +405,7 @@ def test_a_finished_group_is_scored_while_the_engine_still_generates(tiny_dir, t
     assert waited == [True] and len(batch.completion_ids) == 8
 
 
-def test_an_engine_error_on_the_generation_thread_reaches_the_caller(tiny_dir, tmp_path):
+def test_an_engine_error_mid_rollout_reaches_the_caller_with_streaming(tiny_dir, tmp_path):
     class Broken(HFEngine):
         def generate(self, prompt_ids, n, params, generator=None, on_group=None):
             on_group(0, super().generate(prompt_ids[:1], n, params, generator))

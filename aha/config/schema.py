@@ -249,10 +249,10 @@ class GRPOConfig(TrainConfig):
     """Wall-clock seconds each reward function call may take; past it, that call's rewards are excluded and
     counted in reward/call_timeouts (the run goes on)."""
     stream_rewards: bool = False
-    """Score each prompt's G completions as soon as they are all finished, while the engine still decodes the
-    others (generation moves to a helper thread; the reward functions stay on the calling thread). Each reward
-    function is then called once per group instead of once per batch; the rewards are the same for functions
-    that score each completion on its own, as TRL's do."""
+    """Score each prompt's G completions as soon as they are all finished, on a helper thread, while the engine
+    decodes the rest. Each reward function is then called once per group instead of once per batch (the rewards
+    are the same for functions that score each completion on its own, as TRL's do), and off the main thread, so
+    a synchronous call past reward_timeout is abandoned on its daemon thread instead of interrupted."""
     reflection_phrases: list[str] = field(default_factory=lambda: list(DEFAULT_REFLECTION_PHRASES))
     """Phrases counted as reflection in behaviour/reflection_rate (case-insensitive, whole words)."""
     correct_reward: Optional[str] = None

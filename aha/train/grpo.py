@@ -12,7 +12,6 @@ Where this departs from the DeepSeekMath paper, by default (each a config switch
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import math
 import queue
@@ -282,31 +281,32 @@ class GRPOTrainer(Trainer):
         return batch, {**metrics, "perf/score_s": scoring, "perf/reward_s": scoring}
 
     def _streamed_rollout(self, rows: list[dict], prompts: list[list[int]]) -> tuple[GRPOBatch, dict[str, float]]:
-        """`rollout` with each group scored here while the engine, on a helper thread, decodes the rest."""
+        """`rollout` with each group scored on a helper thread while this thread decodes the rest. The decode stays
+        here: torch's small CPU ops ran about 1.45x slower on a thread other than the main one (BENCHMARKS.md)."""
         finished: queue.Queue = queue.Queue()
-        result: dict = {}
+        parts: list = [None] * len(rows)
+        result: dict = {"scoring": 0.0}
 
-        def generate() -> None:  # autocast is per thread: the helper enters the step's own
+        def score_groups_as_they_come() -> None:
             try:
-                with self.autocast():
-                    result["out"] = self.engine.generate(prompts, self.args.num_generations, self.sampling,
-                                                         self.generator, on_group=lambda i, r: finished.put((i, r)))
+                while (item := finished.get()) is not None:
+                    t0 = time.perf_counter()
+                    i, group = item
+                    parts[i] = self.score([rows[i]], [prompts[i]], group)
+                    result["scoring"] += time.perf_counter() - t0
             except BaseException as e:  # re-raised on the calling thread
                 result["error"] = e
-            finally:
-                result["end"] = time.perf_counter()
-                finished.put(None)
 
-        thread = threading.Thread(target=generate, daemon=True, name="aha-generate")
-        thread.start()
-        parts: list = [None] * len(rows)
-        scoring = 0.0
-        while (item := self._next_group(finished, thread)) is not None:
-            t0 = time.perf_counter()
-            i, group = item
-            parts[i] = self.score([rows[i]], [prompts[i]], group)
-            scoring += time.perf_counter() - t0
-        thread.join(timeout=60.0)
+        scorer = threading.Thread(target=score_groups_as_they_come, daemon=True, name="aha-score")
+        scorer.start()
+        try:
+            self.engine.generate(prompts, self.args.num_generations, self.sampling, self.generator,
+                                 on_group=lambda i, r: finished.put((i, r)))
+        finally:
+            finished.put(None)
+        end = time.perf_counter()
+        while scorer.is_alive():  # each reward call is bounded by reward_timeout; wait in turns, not forever
+            scorer.join(timeout=1.0)
         if "error" in result:
             raise result["error"]
         if any(p is None for p in parts):
@@ -314,18 +314,7 @@ class GRPOTrainer(Trainer):
                                f"{[i for i, p in enumerate(parts) if p is None]}")
         batch = GRPOBatch.cat([b for b, _ in parts])
         metrics = merge_reward_metrics(self.reward_funcs, [m for _, m in parts], batch.rewards_per_func)
-        return batch, {**metrics, "perf/score_s": time.perf_counter() - result["end"], "perf/reward_s": scoring}
-
-    @staticmethod
-    def _next_group(finished: queue.Queue, thread: threading.Thread):
-        """The next (i, rollout) the generation thread reported, or None once it is done; waits in 1 s turns
-        while the thread is alive, so a thread that died without a word is an error, not a hang."""
-        while True:
-            try:
-                return finished.get(timeout=1.0)
-            except queue.Empty:
-                if not thread.is_alive() and finished.empty():
-                    raise RuntimeError("the generation thread ended without finishing its rollout") from None
+        return batch, {**metrics, "perf/score_s": time.perf_counter() - end, "perf/reward_s": result["scoring"]}
 
     def score(self, rows: list[dict], prompt_ids: list[list[int]], out, texts: list[str] | None = None
               ) -> tuple[GRPOBatch, dict[str, float]]:

@@ -5,8 +5,9 @@
 
 The reward is vowel_frac (benchmarks/vs_trl.py) plus a wait of --reward-ms per completion: a verifier that runs
 elsewhere (unit tests in a sandbox process, a remote checker), so its time is waiting, not Python work on this
-process. The random model's own EOS ends its completions anywhere from a few tokens to the cap, so groups
-finish at different times, as in training. Each cell is the median over --rounds of `trainer.next_batch()`
+process. The random model's own EOS ends its completions anywhere from a few tokens to the cap; a group is
+finished only when its longest row is, so how far apart groups finish (and so what can overlap) depends on
+--n and --max-new. Each cell is the median over --rounds of `trainer.next_batch()`
 (the rollout without the update), alternating off / on, after one untimed warm-up; the streamed run reports
 how much of its scoring was left after generation ended (rollout - `perf/generate_s`) and how much there
 was in all (`perf/reward_s`). Same seed both ways: the completions and rewards are identical (tests/test_grpo.py).
@@ -45,9 +46,9 @@ def main() -> None:
     model = build_model(a.size, tmp / "model")["path"]
     print(f"# {platform.processor() or platform.machine()}, torch {torch.__version__}, {a.threads} threads, "
           f"{a.size}, {a.prompts} prompts x {a.n}, up to {a.max_new} tokens, median of {a.rounds}")
-    print("| verifier ms per completion | stream_rewards | rollout s | generation ends at s | scoring after it s "
-          "| scoring in all s | mean completion |")
-    print("|---|---|---|---|---|---|---|")
+    print("| max new tokens | verifier ms per completion | stream_rewards | rollout s | generation ends at s "
+          "| scoring after it s | scoring in all s | mean completion |")
+    print("|---|---|---|---|---|---|---|---|")
     for ms in a.reward_ms:
         def reward(prompts=None, completions=None, **kw):
             time.sleep(ms / 1000 * len(completions))
@@ -68,7 +69,7 @@ def main() -> None:
                                          sum(map(len, batch.completion_ids)) / len(batch.completion_ids)))
         for stream in (False, True):
             cells = [statistics.median(x) for x in zip(*runs[stream])]
-            print(f"| {ms:g} | {'on' if stream else 'off'} | {cells[0]:.2f} | {cells[1]:.2f} | {cells[2]:.2f} | "
+            print(f"| {a.max_new:,} | {ms:g} | {'on' if stream else 'off'} | {cells[0]:.2f} | {cells[1]:.2f} | {cells[2]:.2f} | "
                   f"{cells[3]:.2f} | {cells[4]:.0f} |", flush=True)
 
 

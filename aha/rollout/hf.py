@@ -220,7 +220,7 @@ class HFEngine:
         try:
             per_chunk = max(1, self.max_batch // n)
             parts = [self._chunk(prompt_ids[i:i + per_chunk], n, params, generator,
-                                 on_group and (lambda g, r, i=i: on_group(i + g, r)))
+                                 None if on_group is None else lambda g, r, i=i: on_group(i + g, r))  # chunk offset
                      for i in range(0, len(prompt_ids), per_chunk)]
         finally:
             self.model.train(was_training)
@@ -257,7 +257,7 @@ class HFEngine:
         def report(groups: Tensor) -> None:  # [P] bool: these groups' n rows are finished
             for g in groups.nonzero().squeeze(-1).tolist():
                 reported[g] = True
-                on_group(g, self._rows(out, length, done, logp, range(g * n, (g + 1) * n)))
+                on_group(g, self._rows(out, length, done, logp, slice(g * n, (g + 1) * n)))
         for t in range(T):
             tok = sample_tokens(logits, params, generator)                      # [m]
             live = ~done[rows]                                                   # [m]
@@ -280,11 +280,10 @@ class HFEngine:
             next_pos = next_pos + 1
         if on_group is not None:
             report(~reported)
-        return self._rows(out, length, done, logp, range(M))
+        return self._rows(out, length, done, logp, slice(0, M))
 
-    def _rows(self, out: Tensor, length: Tensor, done: Tensor, logp: Tensor | None, rows: range) -> Rollout:
-        """The Rollout of output rows `rows` (a range), from the decode loop's buffers."""
-        part = slice(rows.start, rows.stop)
+    def _rows(self, out: Tensor, length: Tensor, done: Tensor, logp: Tensor | None, part: slice) -> Rollout:
+        """The Rollout of output rows `part`, from the decode loop's buffers."""
         out, length, done = out[part].cpu(), length[part].tolist(), done[part].cpu()
         logp = None if logp is None else logp[part].cpu()
         return Rollout(completion_ids=[o[:k].tolist() for o, k in zip(out, length)], truncated=(~done).tolist(),

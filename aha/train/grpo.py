@@ -271,8 +271,8 @@ class GRPOTrainer(Trainer):
         """Generate G completions for each of the B prompts `idx` and score them (advantages: `assemble`).
         `perf/score_s` is the scoring time left after generation ended; `perf/reward_s` all of it."""
         rows, prompts = [self.rows[i] for i in idx], [self.prompt_ids[i] for i in idx]
-        streams = "on_group" in inspect.signature(self.engine.generate).parameters  # an optional Engine argument
-        if self.args.stream_rewards and streams and len(idx) > 1:
+        if (self.args.stream_rewards and len(idx) > 1
+                and "on_group" in inspect.signature(self.engine.generate).parameters):  # an optional Engine argument
             return self._streamed_rollout(rows, prompts)
         out = self.engine.generate(prompts, self.args.num_generations, self.sampling, self.generator)
         t0 = time.perf_counter()

@@ -102,6 +102,9 @@ def test_sync_ref_model_mixes_the_policy_into_the_reference(tiny_dir, tmp_path):
         torch.testing.assert_close(p, 0.5 * policy[n].detach() + 0.5 * ref0[n], rtol=0, atol=1e-7)
     with pytest.raises(ConfigError, match="sync_ref_model needs a reference model: set beta > 0"):
         GRPOConfig(sync_ref_model=True)
+    for kw in (dict(gradient_checkpointing=True), dict(learner_sharding="fsdp", num_learners=2)):
+        with pytest.raises(ConfigError, match="share_prompts .* do not support"):
+            GRPOConfig(share_prompts=True, **kw)
 
 
 def test_disable_dropout_and_top_entropy_quantile(tiny_dir, tmp_path):

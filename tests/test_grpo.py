@@ -240,6 +240,35 @@ def test_a_token_budget_changes_the_passes_not_the_gradient(tiny_dir, tmp_path, 
     assert len(widths[1]) > len(widths[0]) and sum(t for _, t in widths[1]) < sum(t for _, t in widths[0])
 
 
+@pytest.mark.parametrize("kw", [dict(), dict(use_lora=True, lora_r=4), dict(max_tokens_per_micro_batch=200)])
+def test_shared_prompts_change_the_passes_not_the_gradient(tiny_dir, tmp_path, monkeypatch, kw):
+    """share_prompts: the policy, reference and old-policy passes run each group's prompt once; the first
+    update's gradient is the one of a pass per sequence (float summation order apart)."""
+    import aha.train.learner as learner_mod
+    import aha.train.logprobs as lp_mod
+    real_step, real_shared, grads, shared = learner_mod.optimizer_step, lp_mod._shared_prompt_logits, [], []
+
+    def capture(cfg, model, opt, sched, *rest):
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+        return real_step(cfg, model, opt, sched, *rest)
+
+    def count(model, prompts, *a):
+        shared.append(len({tuple(p) for p in prompts}) / len(prompts))
+        return real_shared(model, prompts, *a)
+
+    monkeypatch.setattr(learner_mod, "optimizer_step", capture)
+    monkeypatch.setattr(lp_mod, "_shared_prompt_logits", count)
+    for share in (False, True):
+        _run(tiny_dir, tmp_path, f"share-{share}", max_steps=1, beta=0.04, num_iterations=2,
+             per_device_train_batch_size=8, gradient_accumulation_steps=2, share_prompts=share, **kw)
+    off, on = grads[0], grads[2]  # each run's first optimizer step, from the same weights
+    assert max(g.abs().max().item() for g in off.values()) > 1e-3
+    for n in off:
+        torch.testing.assert_close(off[n], on[n], rtol=1e-4, atol=1e-6)
+    # whole groups of 4 per pass, two to a pass: two prompts for eight rows (old-policy, reference, policy)
+    assert len(shared) >= 3 and min(shared) == 0.25
+
+
 @pytest.mark.parametrize("kw", [
     dict(advantage_estimator="dr_grpo", loss_type="dr_grpo"),
     dict(advantage_estimator="rloo", loss_type="grpo", mask_truncated_completions=True),

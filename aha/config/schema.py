@@ -225,6 +225,12 @@ class GRPOConfig(TrainConfig):
     spread, as at reasoning lengths. Applies to the reference and old-policy passes too. One exception:
     top_entropy_quantile < 1 takes its entropy threshold per pass (as TRL does per micro-batch), so other
     passes give other thresholds."""
+    share_prompts: bool = False
+    """Run each distinct prompt once per forward/backward pass and let its completions attend to its KV cache,
+    instead of once per completion: the same log-probs and gradients up to float summation order, and a GRPO
+    group of G costs one prompt pass instead of G (worth most when prompts are long against completions).
+    Micro-batches then hold whole groups, ordered by their longest sequence. Not with gradient_checkpointing
+    or learner_sharding=fsdp."""
     log_completions_steps: int = 10
     """Log sample completions with their rewards every this many steps (0: never)."""
     num_completions_to_print: int = 2
@@ -346,6 +352,10 @@ class GRPOConfig(TrainConfig):
                 len(self.reward_weights) != len(self.reward_funcs):
             raise ConfigError(f"{len(self.reward_weights)} reward_weights for "
                               f"{len(self.reward_funcs)} reward_funcs")
+        if self.share_prompts and (self.gradient_checkpointing or self.learner_sharding == "fsdp"):
+            raise ConfigError("share_prompts runs a prompt's cache into its completions' pass, which gradient "
+                              "checkpointing (recomputes each layer) and learner_sharding=fsdp (needs the same "
+                              "passes on every rank) do not support: turn one of them off")
         if self.sync_ref_model and self.beta == 0:
             raise ConfigError("sync_ref_model needs a reference model: set beta > 0")
         from .. import algos  # unknown names fail here, before any model is loaded

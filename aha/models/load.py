@@ -4,6 +4,8 @@ pad token, LoRA and dtype set in one place."""
 from __future__ import annotations
 
 import copy
+import functools
+import inspect
 import os
 from pathlib import Path
 
@@ -90,6 +92,18 @@ def load_model(name_or_path: str, dtype: str = "float32", attn_implementation: s
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False  # generation passes use_cache=True explicitly
     return model
+
+
+def cache_arg(model) -> str:
+    """The name under which a causal LM's forward takes, and its output returns, the KV cache: `cache` since
+    transformers 5.2x (`past_key_values` warns there), `past_key_values` before."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return _cache_arg(type(base))
+
+
+@functools.cache
+def _cache_arg(cls) -> str:
+    return "cache" if "cache" in inspect.signature(cls.forward).parameters else "past_key_values"
 
 
 def context_length(model) -> int | None:

@@ -20,6 +20,7 @@ from torch import Tensor
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+from ..models.load import cache_arg
 from .base import GroupCallback, Rollout, SamplingParams
 
 CACHE_CHUNK = 256
@@ -74,14 +75,15 @@ class HFCache:
 
     def __init__(self, model, mask: Tensor, max_new_tokens: int):
         self.model, self.mask, self.cache = model, mask, None                   # mask [m,L]
+        self.arg = cache_arg(model)
 
     def forward(self, ids: Tensor, pos: Tensor) -> Tensor:
         """Logits [m,V] of the last position; ids and pos [m,q] (the prompt, then one token)."""
         if self.cache is not None:
             self.mask = torch.cat([self.mask, self.mask.new_ones(len(ids), 1)], dim=-1)
         out = self.model(input_ids=ids, attention_mask=self.mask, position_ids=pos,
-                         past_key_values=self.cache, use_cache=True, logits_to_keep=1)
-        self.cache = out.past_key_values
+                         use_cache=True, logits_to_keep=1, **{self.arg: self.cache})
+        self.cache = getattr(out, self.arg)
         return out.logits[:, -1].float()
 
     def repeat(self, n: int) -> None:

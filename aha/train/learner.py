@@ -141,7 +141,7 @@ class Learner:
         trainable = keep & (n_tok > 0)                                               # [N]
         if a.skip_zero_advantage and a.beta == 0:
             trainable &= batch.advantages != 0   # such sequences add exactly 0 to loss and gradient
-        seq_len = [len(p) + len(c) for p, c in zip(batch.prompt_ids, batch.completion_ids)]
+        order_key = self._order_key(batch)
         reduce = self._all_reduce if self.world > 1 else None
         sums, grad_norms, skipped = LossSums(), [], 0
         self.model.train()
@@ -151,7 +151,7 @@ class Learner:
                 part = order[s:s + mb]
                 denom = dict(num_sequences=int(keep[part].sum()), num_tokens=int(n_tok[part].sum()),
                              max_len=a.max_completion_length)
-                every = sorted(part[trainable[part]].tolist(), key=seq_len.__getitem__)
+                every = sorted(part[trainable[part]].tolist(), key=order_key)
                 groups = self.micro_batches(batch, every[self.rank::self.world])  # length-sorted: little padding
                 # sharded ranks must all run as many forward/backward passes as the busiest one (FSDP collectives)
                 passes = max(len(self.micro_batches(batch, every[r::self.world])) for r in range(self.world)) \
@@ -168,6 +168,16 @@ class Learner:
         self.version += 1
         self.sync_reference()
         return self._metrics(self._gather(sums), grad_norms, skipped, trainable, ref is not None)
+
+    def _order_key(self, batch: GRPOBatch) -> Callable[[int], tuple]:
+        """Sort key of sequence i for cutting passes: its length (little padding); with share_prompts, whole
+        groups first (one prompt forward each), ordered by their longest sequence."""
+        seq_len = [len(p) + len(c) for p, c in zip(batch.prompt_ids, batch.completion_ids)]
+        if not self.args.share_prompts:
+            return lambda i: (seq_len[i],)
+        G = batch.group_size
+        longest = [max(seq_len[g * G:g * G + G]) for g in range(len(seq_len) // G)]
+        return lambda i: (longest[i // G], i // G, seq_len[i])
 
     def micro_batches(self, batch: GRPOBatch, ids: list[int]) -> list[list[int]]:
         """`ids` (sorted by length) cut into forward/backward passes: per_device_train_batch_size sequences each,
@@ -271,10 +281,12 @@ class Learner:
         return off + LossSums(loss=float(loss.detach()), tokens=float(mask.sum()), kl=kl_sum,
                               entropy=float((ent * mask).sum()), clip_low=float((clip["clip/low"] * mask).sum()),
                               clip_high=float((clip["clip/high"] * mask).sum()),
-                              processed=sum(map(len, p)) + sum(map(len, c)))
+                              processed=sum(map(len, {tuple(q) for q in p} if a.share_prompts else p))
+                              + sum(map(len, c)))
 
     def _logprobs(self, model, prompts, comps, with_entropy=False):
-        return completion_logprobs(model, prompts, comps, self.pad_id, self.args.temperature, with_entropy)
+        return completion_logprobs(model, prompts, comps, self.pad_id, self.args.temperature, with_entropy,
+                                   self.args.share_prompts)
 
     @torch.no_grad()
     def frozen_logprobs(self, batch: GRPOBatch, reference: bool) -> list[Tensor]:
@@ -283,9 +295,9 @@ class Learner:
         if reference:
             model = self.ref_model if self.ref_model is not None else self.model
             ctx = self.model.disable_adapter() if self.is_peft else nullcontext()
-        N, order = len(batch.completion_ids), range(len(batch.completion_ids))
-        if self.args.max_tokens_per_micro_batch:  # length-sorted, so that passes under the budget pad little
-            order = sorted(order, key=lambda i: len(batch.prompt_ids[i]) + len(batch.completion_ids[i]))
+        N, order = len(batch.completion_ids), range(len(batch.completion_ids))  # prompt-major: groups together
+        if self.args.max_tokens_per_micro_batch:  # sorted, so that passes under the budget pad little
+            order = sorted(order, key=self._order_key(batch))
         out = [None] * N
         with ctx:
             for ids in self.micro_batches(batch, list(order)):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..models.load import cache_arg
+
 
 def pad_batch(prompts: list[list[int]], completions: list[list[int]], pad_id: int,
               device) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -25,19 +27,25 @@ def pad_batch(prompts: list[list[int]], completions: list[list[int]], pad_id: in
 
 
 def completion_logprobs(model, prompts: list[list[int]], completions: list[list[int]],
-                        pad_id: int, temperature: float = 1.0, with_entropy: bool = False
-                        ) -> tuple[Tensor, Tensor, Tensor | None]:
+                        pad_id: int, temperature: float = 1.0, with_entropy: bool = False,
+                        share_prompts: bool = False) -> tuple[Tensor, Tensor, Tensor | None]:
     """log pi(completion token | prefix) [n,T], completion mask [n,T], entropy [n,T] or None.
 
     Only the T+1 last positions go through the output head (`logits_to_keep`), so prompts cost
     no vocabulary-sized matmul. Logits are divided by the sampling temperature, as in sampling.
+    With `share_prompts`, a prompt that several rows share (a GRPO group's) goes through the model once
+    (`_shared_prompt_logits`): the same log-probs and gradients up to float summation order.
     """
     device = next(model.parameters()).device
-    ids, attn, comp_ids, comp_mask = pad_batch(prompts, completions, pad_id, device)
-    T = comp_ids.shape[1]
-    pos = (attn.cumsum(-1) - 1).clamp(min=0)
-    logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False,
-                   logits_to_keep=T + 1).logits[:, :T].float()                    # [n,T,V]
+    unique = {tuple(p): None for p in prompts}
+    if share_prompts and len(unique) < len(prompts) and min(map(len, prompts)) > 1:
+        logits, comp_ids, comp_mask = _shared_prompt_logits(model, prompts, completions, pad_id, device)
+    else:
+        ids, attn, comp_ids, comp_mask = pad_batch(prompts, completions, pad_id, device)
+        T = comp_ids.shape[1]
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)
+        logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False,
+                       logits_to_keep=T + 1).logits[:, :T].float()                # [n,T,V]
     if temperature != 1.0:
         logits = logits / temperature
     lse = logits.logsumexp(-1)                                                    # [n,T]
@@ -47,3 +55,34 @@ def completion_logprobs(model, prompts: list[list[int]], completions: list[list[
         with torch.no_grad():
             entropy = lse - (logits.softmax(-1) * logits).sum(-1)                 # [n,T]
     return logp, comp_mask, entropy
+
+
+def _shared_prompt_logits(model, prompts: list[list[int]], completions: list[list[int]], pad_id: int,
+                          device) -> tuple[Tensor, Tensor, Tensor]:
+    """Completion logits [n,T,V] (float32), ids [n,T] and mask [n,T], each distinct prompt run once.
+
+    Two passes: every distinct prompt but its last token (left-padded, u rows) fills the model's cache; the
+    cache's rows are gathered to the n rows (autograd sums the gradient of a shared prompt over its rows), and
+    each row's last prompt token followed by its completion attends to it. A GRPO group of G completions costs
+    one prompt forward and backward instead of G.
+    """
+    index: dict[tuple, int] = {}
+    row = torch.tensor([index.setdefault(tuple(p), len(index)) for p in prompts], device=device)  # [n]
+    heads = [list(p[:-1]) for p in index]                                        # u prompts, last token off
+    W = max(map(len, heads))
+    head_ids = torch.full((len(heads), W), pad_id, dtype=torch.long)
+    head_mask = torch.zeros((len(heads), W), dtype=torch.long)
+    for i, h in enumerate(heads):
+        head_ids[i, W - len(h):], head_mask[i, W - len(h):] = torch.tensor(h, dtype=torch.long), 1
+    head_ids, head_mask = head_ids.to(device), head_mask.to(device)
+    arg = cache_arg(model)
+    cache = getattr(model(input_ids=head_ids, attention_mask=head_mask, use_cache=True, logits_to_keep=1,
+                          position_ids=(head_mask.cumsum(-1) - 1).clamp(min=0)), arg)
+    cache.batch_select_indices(row)                                              # u rows -> n rows
+    ids, attn, comp_ids, comp_mask = pad_batch([p[-1:] for p in prompts], completions, pad_id, device)
+    T = comp_ids.shape[1]
+    pos = torch.tensor([len(p) - 1 for p in prompts], device=device).unsqueeze(1) + torch.arange(T + 1, device=device)
+    logits = model(input_ids=ids, attention_mask=torch.cat([head_mask[row], attn], 1), position_ids=pos,
+                   use_cache=True, logits_to_keep=T + 1, **{arg: cache}).logits[:, :T].float()
+    return logits, comp_ids, comp_mask                                           # [n,T,V], [n,T], [n,T]
+

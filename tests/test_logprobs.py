@@ -1,0 +1,62 @@
+"""Completion log-probs: the shared-prompt pass equals the one pass per sequence, values and gradients."""
+
+import pytest
+import torch
+
+from aha.models.tiny import build_model, train_tokenizer
+from aha.train import logprobs as lp_mod
+from aha.train.logprobs import completion_logprobs
+
+
+def _groups(seed: int, sizes=(4, 3, 1), prompt_len=(2, 9), comp_len=(1, 7)):
+    """Prompts of different lengths, each repeated for its group's completions of different lengths."""
+    g = torch.Generator().manual_seed(seed)
+    draw = lambda lo, hi: torch.randint(7, 100, (int(torch.randint(lo, hi, (1,), generator=g)),),  # noqa: E731
+                                        generator=g).tolist()
+    prompts, comps = [], []
+    for size in sizes:
+        p = draw(*prompt_len)
+        for _ in range(size):
+            prompts.append(p)
+            comps.append(draw(*comp_len))
+    return prompts, comps
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_shared_prompts_give_the_same_logprobs_entropy_and_gradient(arch):
+    tok = train_tokenizer(["What is 12 + 7 - 3? Answer: 16. The quick brown fox."] * 50)
+    model = build_model(tok, "tiny", arch=arch).train()
+    prompts, comps = _groups(seed=1)
+    out = []
+    for share in (False, True):
+        model.zero_grad()
+        logp, mask, ent = completion_logprobs(model, prompts, comps, 0, temperature=0.7, with_entropy=True,
+                                              share_prompts=share)
+        (logp * mask).sum().backward()
+        out.append((logp * mask, ent * mask, {n: p.grad.clone() for n, p in model.named_parameters()}))
+    (a, ea, ga), (b, eb, gb) = out
+    assert a.shape == b.shape and int(mask.sum()) == sum(map(len, comps))
+    torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+    torch.testing.assert_close(ea, eb, rtol=0, atol=1e-5)
+    assert max(g.abs().max().item() for g in ga.values()) > 1.0  # a real gradient
+    for n in ga:  # a shared prompt's gradient is the sum over its rows: the same up to summation order
+        torch.testing.assert_close(ga[n], gb[n], rtol=1e-4, atol=1e-5)
+
+
+def test_each_distinct_prompt_runs_once_and_one_token_prompts_fall_back(monkeypatch):
+    tok = train_tokenizer(["What is 12 + 7 - 3? Answer: 16. The quick brown fox."] * 50)
+    model = build_model(tok, "tiny")
+    widths = []
+    real = model.forward
+    monkeypatch.setattr(model, "forward", lambda **k: widths.append(tuple(k["input_ids"].shape)) or real(**k))
+    prompts, comps = _groups(seed=2, sizes=(4, 4), prompt_len=(5, 6), comp_len=(3, 4))  # 2 prompts of 5 tokens
+    with torch.no_grad():
+        completion_logprobs(model, prompts, comps, 0, share_prompts=True)
+        assert widths == [(2, 4), (8, 1 + 3)]  # 2 prompts less their last token; then last token + completion
+        widths.clear()
+        completion_logprobs(model, [[9]] * 2, [[10, 11]] * 2, 0, share_prompts=True)  # nothing to cache
+        assert widths == [(2, 1 + 2)]
+        widths.clear()
+        completion_logprobs(model, [[9, 8], [9, 7]], [[10]] * 2, 0, share_prompts=True)  # no prompt repeats
+        assert widths == [(2, 2 + 1)]
+    assert lp_mod.cache_arg(model) in ("cache", "past_key_values")

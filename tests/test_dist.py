@@ -139,7 +139,8 @@ def test_two_learners_match_one_process_on_the_same_batches(tiny_dir, tmp_path, 
     which turns a rounding difference in a near-zero gradient into a visible one on a few weights, so the
     bound is on the whole update: the two runs' weights differ by < 1e-4 of the update's norm."""
     cases = [(dict(loss_type="dapo"), "replicate"), (dict(loss_type="grpo", beta=0.05, num_iterations=2), "replicate"),
-             (dict(loss_type="grpo", beta=0.05, num_iterations=2), "fsdp")]
+             (dict(loss_type="grpo", beta=0.05, num_iterations=2), "fsdp"),
+             (dict(loss_type="grpo", beta=0.05, share_prompts=True), "replicate")]
     for k, (kw, sharding) in enumerate(cases):
         one = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], train_dataset=PROMPTS,
                           engine_factory=ScriptedEngine, args=args(tmp_path / f"one{k}", **kw))

@@ -207,6 +207,16 @@ def test_micro_batches_cut_sorted_sequences_at_the_token_budget():
     assert cut(8, 100) == [[0, 1, 2, 3], [4, 5]]  # 5 x 24 = 120 > 100; 2 x 44 = 88 fits
 
 
+def test_ranks_take_every_world_th_sequence_or_with_shared_prompts_whole_groups():
+    from types import SimpleNamespace
+    from aha.train.learner import Learner
+    every = [5, 4, 0, 1, 3, 9, 8, 11]  # sorted minibatch; groups of 4: 1, 1, 0, 0, 0, 2, 2, 2
+    part = lambda share, rank: Learner._part(  # noqa: E731
+        SimpleNamespace(world=2, args=SimpleNamespace(share_prompts=share)), every, 4, rank)
+    assert part(False, 0) == [5, 0, 3, 8] and part(False, 1) == [4, 1, 9, 11]
+    assert part(True, 0) == [5, 4, 9, 8, 11] and part(True, 1) == [0, 1, 3]  # groups 1 and 2; group 0
+
+
 def test_a_token_budget_changes_the_passes_not_the_gradient(tiny_dir, tmp_path, monkeypatch):
     """max_tokens_per_micro_batch: the same gradient (policy, reference and old-policy passes all cut by
     length), fewer padded tokens, and no pass over the budget unless a single sequence is."""

@@ -152,10 +152,10 @@ class Learner:
                 denom = dict(num_sequences=int(keep[part].sum()), num_tokens=int(n_tok[part].sum()),
                              max_len=a.max_completion_length)
                 every = sorted(part[trainable[part]].tolist(), key=order_key)
-                groups = self.micro_batches(batch, every[self.rank::self.world])  # length-sorted: little padding
+                groups = self.micro_batches(batch, self._part(every, batch.group_size, self.rank))  # little padding
                 # sharded ranks must all run as many forward/backward passes as the busiest one (FSDP collectives)
-                passes = max(len(self.micro_batches(batch, every[r::self.world])) for r in range(self.world)) \
-                    if self.sharded else len(groups)
+                passes = max(len(self.micro_batches(batch, self._part(every, batch.group_size, r)))
+                             for r in range(self.world)) if self.sharded else len(groups)
                 minibatch = LossSums()
                 for m in range(passes):
                     minibatch = minibatch + (self._micro_step(batch, groups[m], keep, old, ref, denom)
@@ -178,6 +178,16 @@ class Learner:
         G = batch.group_size
         longest = [max(seq_len[g * G:g * G + G]) for g in range(len(seq_len) // G)]
         return lambda i: (longest[i // G], i // G, seq_len[i])
+
+    def _part(self, every: list[int], G: int, rank: int) -> list[int]:
+        """Rank `rank`'s share of a minibatch's sorted sequences: every world-th one; with share_prompts every
+        world-th group, whole, so that a prompt runs on one rank only."""
+        if self.world == 1:
+            return every
+        if not self.args.share_prompts:
+            return every[rank::self.world]
+        ours = set(list(dict.fromkeys(i // G for i in every))[rank::self.world])
+        return [i for i in every if i // G in ours]
 
     def micro_batches(self, batch: GRPOBatch, ids: list[int]) -> list[list[int]]:
         """`ids` (sorted by length) cut into forward/backward passes: per_device_train_batch_size sequences each,

@@ -37,8 +37,7 @@ def completion_logprobs(model, prompts: list[list[int]], completions: list[list[
     (`_shared_prompt_logits`): the same log-probs and gradients up to float summation order.
     """
     device = next(model.parameters()).device
-    unique = {tuple(p): None for p in prompts}
-    if share_prompts and len(unique) < len(prompts) and min(map(len, prompts)) > 1:
+    if share_prompts and len({tuple(p) for p in prompts}) < len(prompts) and min(map(len, prompts)) > 1:
         logits, comp_ids, comp_mask = _shared_prompt_logits(model, prompts, completions, pad_id, device)
     else:
         ids, attn, comp_ids, comp_mask = pad_batch(prompts, completions, pad_id, device)

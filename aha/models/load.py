@@ -95,8 +95,8 @@ def load_model(name_or_path: str, dtype: str = "float32", attn_implementation: s
 
 
 def cache_arg(model) -> str:
-    """The name under which a causal LM's forward takes, and its output returns, the KV cache: `cache` since
-    transformers 5.2x (`past_key_values` warns there), `past_key_values` before."""
+    """The name under which a causal LM's forward (or a decoder layer's) takes, and its output returns, the KV
+    cache: `cache` since transformers 5.2x (`past_key_values` warns there), `past_key_values` before."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     return _cache_arg(type(base))
 

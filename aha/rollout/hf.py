@@ -13,8 +13,6 @@ other causal LM through `model(...)` and transformers' growing DynamicCache.
 
 from __future__ import annotations
 
-import inspect
-
 import torch
 from torch import Tensor
 from transformers import AttentionInterface
@@ -116,8 +114,7 @@ class LayerCache:
         self.blocked = torch.finfo(param.dtype).min
         self.bias = torch.zeros((P, cap), dtype=param.dtype, device=mask.device)  # [m,cap] additive key mask
         self.bias[:, :L].masked_fill_(~mask.bool(), self.blocked)
-        layer_args = inspect.signature(type(self.decoder.layers[0]).forward).parameters
-        self.cache_arg = "cache" if "cache" in layer_args else "past_key_values"  # renamed in transformers 5.2x
+        self.cache_arg = cache_arg(self.decoder.layers[0])
         self.attention = FLOAT32_ATTENTION if (param.device.type == "cpu" and torch.is_autocast_enabled("cpu")
                                                and cfg._attn_implementation == "sdpa") else None
         """The attention the layers run with, when not the model's own (float32 on CPU under autocast)."""

@@ -23,7 +23,21 @@ def _eval_hook(task, cfg):
 
 
 def run_grpo(cfg: config.GRPOConfig) -> dict:
-    """GRPO from a GRPOConfig: data and rewards from `task` unless `dataset`/`reward_funcs` say otherwise."""
+    """GRPO from a GRPOConfig: train, save, and push when asked."""
+    trainer = grpo_trainer(cfg)
+    cfg = trainer.args
+    if cfg.dashboard:  # served from a daemon thread: it ends with the process
+        from .dashboard import serve_in_background
+        print(f"aha dashboard: {serve_in_background(cfg.output_dir, cfg.dashboard_port)}", flush=True)
+    metrics = trainer.train()
+    trainer.save_model()
+    if cfg.push_to_hub:
+        metrics["hub_repo"] = trainer.push_to_hub()
+    return metrics
+
+
+def grpo_trainer(cfg: config.GRPOConfig):
+    """The GRPOTrainer of a GRPOConfig: data and rewards from `task` unless `dataset`/`reward_funcs` say otherwise."""
     from .data import load_rows
     from .train.grpo import GRPOTrainer
     task = _task(cfg.task)
@@ -42,15 +56,7 @@ def run_grpo(cfg: config.GRPOConfig) -> dict:
     else:
         raise ValueError("GRPO needs reward functions: set `reward_funcs` or `task`")
     eval_fn = _eval_hook(task, cfg) if cfg.eval_steps else None
-    trainer = GRPOTrainer(model=cfg.model, reward_funcs=rewards, args=cfg, train_dataset=data, eval_fn=eval_fn)
-    if cfg.dashboard:  # served from a daemon thread: it ends with the process
-        from .dashboard import serve_in_background
-        print(f"aha dashboard: {serve_in_background(cfg.output_dir, cfg.dashboard_port)}", flush=True)
-    metrics = trainer.train()
-    trainer.save_model()
-    if cfg.push_to_hub:
-        metrics["hub_repo"] = trainer.push_to_hub()
-    return metrics
+    return GRPOTrainer(model=cfg.model, reward_funcs=rewards, args=cfg, train_dataset=data, eval_fn=eval_fn)
 
 
 def run_sft(cfg: config.SFTConfig) -> dict:

@@ -34,14 +34,11 @@ def main() -> None:
 
     import torch
     from aha.config import GRPOConfig, parse_args
-    from aha.tasks import get_task
-    from aha.train.grpo import GRPOTrainer
-    cfg = parse_args(GRPOConfig, a.config + [f"output_dir={tempfile.mkdtemp(prefix='aha-share-')}", "report_to=[]",
-                                             "progress_bar=false", "eval_steps=0", "log_completions_steps=0"])
-    task = get_task(cfg.task)
-    if task.reward_weights and cfg.reward_weights is None:
-        cfg = dataclasses.replace(cfg, reward_weights=list(task.reward_weights))
-    trainer = GRPOTrainer(model=cfg.model, reward_funcs=task.rewards(), args=cfg, train_dataset=task.load("train"))
+    from aha.stages import grpo_trainer
+    trainer = grpo_trainer(parse_args(GRPOConfig, a.config + [
+        f"output_dir={tempfile.mkdtemp(prefix='aha-share-')}", "report_to=[]", "progress_bar=false", "eval_steps=0",
+        "log_completions_steps=0"]))
+    cfg = trainer.args
     batch, _ = trainer.next_batch()
     learner = trainer.learner
     prompt = sum(map(len, batch.prompt_ids))

@@ -454,3 +454,19 @@ def test_an_engine_error_mid_rollout_reaches_the_caller_with_streaming(tiny_dir,
                     args=args(tmp_path, stream_rewards=True))
     with pytest.raises(ValueError, match="engine failed mid-rollout"):
         t.next_batch()
+
+
+def test_a_scorer_that_outlives_its_bound_fails_the_step_with_streaming(tiny_dir, tmp_path, monkeypatch):
+    """stream_rewards: after generation the main thread waits for the scoring thread at most groups x reward
+    functions x reward_timeout + SCORER_GRACE_S, then fails the step instead of hanging."""
+    import time
+
+    import aha.train.grpo as grpo_mod
+    monkeypatch.setattr(grpo_mod, "SCORER_GRACE_S", 0.0)
+    t = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], train_dataset=PROMPTS,
+                    args=args(tmp_path, stream_rewards=True, reward_timeout=0.05))
+    monkeypatch.setattr(t, "score", lambda *a, **k: time.sleep(5))  # stuck past any reward call's bound
+    t0 = time.perf_counter()
+    with pytest.raises(TimeoutError, match="reward_timeout=0.05"):
+        t.next_batch()
+    assert time.perf_counter() - t0 < 4.0  # 2 groups x 1 function x 0.05 s after generation, not the 5 s sleep

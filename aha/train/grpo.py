@@ -41,6 +41,9 @@ __all__ = ["GRPOTrainer", "GRPOBatch", "LossSums", "Learner"]
 TIME_FLOOR_S = 1e-9
 """Lower bound on a measured duration before dividing by it (a phase that did no work)."""
 COMPLETIONS_LOG = "completions.jsonl"
+SCORER_GRACE_S = 30.0
+"""With stream_rewards, how long past its reward calls' own bound (groups x functions x reward_timeout) the
+scoring thread may take after generation ends before the step fails."""
 
 
 def disable_dropout(model) -> None:
@@ -289,7 +292,7 @@ class GRPOTrainer(Trainer):
 
         def score_groups_as_they_come() -> None:
             try:
-                while (item := finished.get()) is not None:
+                while (item := finished.get()) is not None:  # the end mark always comes: put in a finally below
                     t0 = time.perf_counter()
                     i, group = item
                     parts[i] = self.score([rows[i]], [prompts[i]], group)
@@ -305,8 +308,10 @@ class GRPOTrainer(Trainer):
         finally:
             finished.put(None)
         end = time.perf_counter()
-        while scorer.is_alive():  # each reward call is bounded by reward_timeout; wait in turns, not forever
-            scorer.join(timeout=1.0)
+        scorer.join(timeout=len(rows) * max(len(self.reward_funcs), 1) * self.args.reward_timeout + SCORER_GRACE_S)
+        if scorer.is_alive():
+            raise TimeoutError(f"scoring {len(rows)} groups did not end within reward_timeout="
+                               f"{self.args.reward_timeout} s per call and group ({SCORER_GRACE_S:g} s of grace)")
         if "error" in result:
             raise result["error"]
         if any(p is None for p in parts):

@@ -42,6 +42,8 @@ def resolve_dtype(dtype: str, device: str | None = None) -> torch.dtype:
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype '{dtype}'; valid: {sorted(DTYPES)} or auto")
     return DTYPES[dtype]
+
+
 def training_precision(dtype: str, bf16: bool, device: str | None = None) -> tuple[str, bool]:
     """(weights dtype, bf16 autocast) for training. `auto` is bf16 mixed precision where the device computes
     bfloat16 natively (float32 weights and optimizer state, forward passes in bfloat16, as TRL's bf16=true)

@@ -2,14 +2,21 @@
 
     .venv/bin/python benchmarks/generation.py --size 4m --prompts 2 --n 8 --max-new 64
     .venv/bin/python benchmarks/generation.py --size 4m --max-new 256 --cache hf   # the HFCache path
+    python benchmarks/generation.py --device cuda --size qwen2-0.5b --arch qwen2 --vocab-size 151936 \
+        --dtype bfloat16 --max-new 64 256 1024 --json gen.json                     # on a GPU
 
-Both sample B*G sequences at temperature 1 with a KV cache. aha prefills each prompt once and
+On a CUDA device aha-layer decodes with CUDA graphs (GraphCache) and aha-eager is the same engine without
+them. Both sample B*G sequences at temperature 1 with a KV cache. aha prefills each prompt once and
 shares its cache among its G samples, and drops finished rows; `generate` decodes all rows until
-the longest ends. Tokens/s counts generated tokens (up to and including EOS).
+the longest ends. Tokens/s counts generated tokens (up to and including EOS). With a vocabulary far
+larger than the tokenizer's (--vocab-size 151936 on the 512-token tokenizer), EOS is one token in
+151,936 under random weights, so nearly every row runs to the cap: no rows to drop, the case least
+favourable to aha.
 """
 
 import argparse
 import contextlib
+import json
 import statistics
 import tempfile
 import time
@@ -20,11 +27,15 @@ import torch
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--size", default="4m")
+    ap.add_argument("--arch", default="llama", choices=("llama", "qwen2"))
+    ap.add_argument("--vocab-size", type=int, help="model vocabulary (default: the tokenizer's 512)")
     ap.add_argument("--prompts", type=int, default=2)
     ap.add_argument("--n", type=int, default=8)
-    ap.add_argument("--max-new", type=int, default=64)
+    ap.add_argument("--max-new", type=int, nargs="+", default=[64], help="one or more generation lengths")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"), help="weights and cache dtype")
     ap.add_argument("--cache", choices=("layer", "hf"), default="layer",
                     help="aha's KV cache: preallocated per-layer buffers, or transformers' DynamicCache")
     ap.add_argument("--eos-bias", type=float, default=0.0,
@@ -33,6 +44,7 @@ def main():
     ap.add_argument("--warmup-new", type=int, help="tokens of the untimed warm-up run (default: --max-new)")
     ap.add_argument("--autocast", action="store_true",
                     help="under torch.autocast to bfloat16, as `dtype: auto` trains and samples where bf16 is native")
+    ap.add_argument("--json", help="also write the results here")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     from aha.models import eos_ids
@@ -40,39 +52,68 @@ def main():
     from aha.models.tiny import make_tiny
     from transformers import AutoModelForCausalLM, AutoTokenizer
     texts = [f"{i} plus {i * 7} is {i * 8}" for i in range(500)]
-    d = make_tiny(tempfile.mkdtemp() + "/m", texts, size=a.size)
-    tok, model = AutoTokenizer.from_pretrained(d), AutoModelForCausalLM.from_pretrained(d).eval()
+    overrides = {"vocab_size": a.vocab_size} if a.vocab_size else None
+    d = make_tiny(tempfile.mkdtemp() + "/m", texts, size=a.size, arch=a.arch, overrides=overrides)
+    tok = AutoTokenizer.from_pretrained(d)
+    model = AutoModelForCausalLM.from_pretrained(d, dtype=getattr(torch, a.dtype)).to(a.device).eval()
     if a.eos_bias:
         with torch.no_grad():
             model.lm_head.weight[tok.eos_token_id] += a.eos_bias * model.lm_head.weight.mean(0)
     prompts = [tok(f"question {i}: what is {i} plus {i}?", add_special_tokens=False)["input_ids"] for i in range(a.prompts)]
-    engine = HFEngine(model, eos_ids(model, tok), tok.pad_token_id, layer_cache=a.cache == "layer")
-    def run_aha(seed, max_new=a.max_new):
-        out = engine.generate(prompts, a.n, SamplingParams(1.0, 1.0, 0, max_new), torch.Generator().manual_seed(seed))
+    cuda = a.device.startswith("cuda")
+    engines = {graphs: HFEngine(model, eos_ids(model, tok), tok.pad_token_id, layer_cache=a.cache == "layer",
+                                cuda_graphs=graphs) for graphs in (True, False)}
+
+    def run_aha(seed, max_new, graphs=True):
+        out = engines[graphs].generate(prompts, a.n, SamplingParams(1.0, 1.0, 0, max_new),
+                                       torch.Generator().manual_seed(seed))
         return sum(map(len, out.completion_ids))
 
-    def run_hf(seed, max_new=a.max_new):
+    def run_hf(seed, max_new):
         torch.manual_seed(seed)
-        enc = tok.pad([{"input_ids": p} for p in prompts], return_tensors="pt", padding_side="left")
+        enc = tok.pad([{"input_ids": p} for p in prompts], return_tensors="pt", padding_side="left").to(a.device)
         with torch.no_grad():
             out = model.generate(**enc, do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=max_new,
                                  num_return_sequences=a.n, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
-        gen = out[:, enc["input_ids"].shape[1]:]
+        gen = out[:, enc["input_ids"].shape[1]:].cpu()
         return int(sum(min(int((row == tok.eos_token_id).nonzero()[0]) + 1 if (row == tok.eos_token_id).any() else max_new, max_new) for row in gen))
 
     runs = {"aha": ((f"aha-{a.cache}", run_aha),), "generate": (("generate", run_hf),)}
-    context = torch.autocast("cpu", dtype=torch.bfloat16) if a.autocast else contextlib.nullcontext()
-    for name, fn in runs.get(a.only, runs["aha"] + runs["generate"]):
-        with context:
-            fn(0, a.warmup_new or a.max_new)  # warm-up
-            rates = []
-            for r in range(a.repeats):
-                t = time.perf_counter()
-                n_tok = fn(r + 1)
-                rates.append(n_tok / (time.perf_counter() - t))
-        print(f"{name:9s} threads={a.threads} size={a.size} B={a.prompts} G={a.n} max_new={a.max_new}"
-              f"{' autocast-bf16' if a.autocast else ''}: "
-              f"median {statistics.median(rates):,.0f} tokens/s over {a.repeats} runs")
+    if cuda and a.cache == "layer":  # on a GPU aha-layer replays CUDA graphs; aha-eager is the same without them
+        runs["aha"] += (("aha-eager", lambda seed, max_new: run_aha(seed, max_new, graphs=False)),)
+    context = torch.autocast(a.device.split(":")[0], dtype=torch.bfloat16) if a.autocast else contextlib.nullcontext()
+    results = []
+    for max_new in a.max_new:
+        for name, fn in runs.get(a.only, runs["aha"] + runs["generate"]):
+            try:
+                with context:
+                    fn(0, a.warmup_new or max_new)  # warm-up
+                    rates, tokens = [], []
+                    for r in range(a.repeats):
+                        if cuda:
+                            torch.cuda.synchronize()
+                        t = time.perf_counter()
+                        n_tok = fn(r + 1, max_new)
+                        if cuda:
+                            torch.cuda.synchronize()
+                        rates.append(n_tok / (time.perf_counter() - t))
+                        tokens.append(n_tok)
+            except Exception as e:  # noqa: BLE001 - one engine failing must not hide the others' figures
+                print(f"{name} max_new={max_new} FAILED: {type(e).__name__}: {e}", flush=True)
+                results.append({"engine": name, "max_new": max_new, "error": f"{type(e).__name__}: {e}"})
+                continue
+            results.append({"engine": name, "max_new": max_new, "median_tokens_per_s": statistics.median(rates),
+                            "rates": rates, "mean_len": statistics.fmean(tokens) / (a.prompts * a.n)})
+            print(f"{name:9s} {a.device} threads={a.threads} size={a.size} {a.dtype} B={a.prompts} G={a.n} "
+                  f"max_new={max_new}{' autocast-bf16' if a.autocast else ''}: median "
+                  f"{statistics.median(rates):,.0f} tokens/s over {a.repeats} runs (mean length "
+                  f"{results[-1]['mean_len']:.0f})", flush=True)
+    if a.json:
+        settings = {k: v for k, v in vars(a).items() if k != "json"}
+        if cuda:
+            settings["gpu"] = torch.cuda.get_device_name()
+        with open(a.json, "w") as f:
+            json.dump({"settings": settings, "torch": torch.__version__, "results": results}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,10 @@ tokens: the policy's forward and backward (6 per matmul weight per token), the r
 beta > 0 (2 more), and attention's score and value products (4 x hidden per token per layer per position seen,
 forward; three times that with the backward). That over the phase's measured seconds is the achieved rate; the
 peak is `torch.mm` on the model's own weight shapes at the same thread count (the best of several token
-counts), timed here, so run it on the machine that produced the result, alone.
+counts), timed here, so run it on the machine that produced the result, alone. A result from `--device cuda`
+is measured against `torch.mm` on the GPU, in bfloat16 when the timing ran under bf16 autocast, and against a
+square 8192 product (the chip's practical peak); that fraction is the training phase's model FLOPs
+utilisation (MFU).
 """
 
 import argparse
@@ -25,16 +28,20 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 
-def mm_gflops(shapes: list[tuple[int, int]], tokens: int, trials: int = 20) -> float:
-    """GFLOP/s of [tokens, in] @ [in, out] over every weight shape, float32: the fastest of `trials` passes
-    after one untimed pass (a peak, so a slow spell of a shared machine does not lower it)."""
-    xs = {i: torch.randn(tokens, i) for i, _ in shapes}
-    ws = [torch.randn(i, o) for i, o in shapes]
+def mm_gflops(shapes: list[tuple[int, int]], tokens: int, trials: int = 20, device: str = "cpu",
+              dtype: torch.dtype = torch.float32) -> float:
+    """GFLOP/s of [tokens, in] @ [in, out] over every weight shape: the fastest of `trials` passes after one
+    untimed pass (a peak, so a slow spell of a shared machine does not lower it)."""
+    xs = {i: torch.randn(tokens, i, device=device, dtype=dtype) for i, _ in shapes}
+    ws = [torch.randn(i, o, device=device, dtype=dtype) for i, o in shapes]
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     best = float("inf")
     for trial in range(trials + 1):
+        sync()
         t0 = time.perf_counter()
         for w in ws:
             xs[w.shape[0]] @ w
+        sync()
         if trial:
             best = min(best, time.perf_counter() - t0)
     return sum(2 * tokens * i * o for i, o in shapes) / best / 1e9
@@ -48,7 +55,8 @@ def main():
     a = ap.parse_args()
     report = json.loads(Path(a.result).read_text())
     settings = report["settings"]
-    threads = settings["threads"]
+    threads, device = settings["threads"], settings.get("device", "cpu")
+    dtype = torch.bfloat16 if device != "cpu" and settings.get("bf16_mixed_precision_timing") else torch.float32
     torch.set_num_threads(threads)
     from transformers import AutoModelForCausalLM
     from benchmarks.vs_trl import COMPLETIONS_PER_STEP, build_model
@@ -59,9 +67,13 @@ def main():
         shapes = [(m.in_features, m.out_features) for m in model.modules() if isinstance(m, torch.nn.Linear)]
         weights = sum(i * o for i, o in shapes)
         cfg = model.config
-        peak = max(mm_gflops(shapes, t) for t in a.tokens)
+        peak = max(mm_gflops(shapes, t, device=device, dtype=dtype) for t in a.tokens)
+        where = f"on {threads} threads" if device == "cpu" else f"on {torch.cuda.get_device_name()}"
         print(f"{size}: {weights:,} matmul weights, hidden {cfg.hidden_size}, {cfg.num_hidden_layers} layers; "
-              f"torch.mm peak {peak:.0f} GFLOP/s float32 on {threads} threads (best of {a.tokens} tokens)")
+              f"torch.mm peak {peak:.0f} GFLOP/s {str(dtype)[6:]} {where} (best of {a.tokens} tokens)")
+        square = mm_gflops([(8192, 8192)], 8192, trials=10, device=device, dtype=dtype) if device != "cpu" else None
+        if square:
+            print(f"  square 8192 product: {square:.0f} GFLOP/s")
         passes = 8 if settings["beta"] > 0 else 6
         for fw in ("aha", "trl"):
             if fw not in timing:
@@ -75,8 +87,9 @@ def main():
                 attn = 4 * cfg.hidden_size * cfg.num_hidden_layers * seen * tokens * (passes / 2)
                 flops.append((passes * weights * tokens + attn) / r["train_s"] / 1e9)
             rate = statistics.median(flops)
-            print(f"  {fw}: training phase {rate:.1f} GFLOP/s useful = {100 * rate / peak:.0f}% of the matmul peak "
-                  f"(median of {len(flops)} steps, train {statistics.median(r['train_s'] for r in steps):.2f} s)")
+            mfu = f", {100 * rate / square:.1f}% of the square product (MFU)" if square else ""
+            print(f"  {fw}: training phase {rate:.1f} GFLOP/s useful = {100 * rate / peak:.0f}% of the matmul peak"
+                  f"{mfu} (median of {len(flops)} steps, train {statistics.median(r['train_s'] for r in steps):.2f} s)")
 
 
 if __name__ == "__main__":

@@ -58,7 +58,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-SIZES = ("4m", "30m")
+SIZES = ("4m", "30m", "qwen2-0.5b")
+QWEN2_VOCAB = 151936
+"""qwen2-0.5b is Qwen2-0.5B's shape (24 layers, hidden 896, q/k/v biases) with its real vocabulary over the
+512-token tokenizer: ids past the tokenizer decode to nothing, and under random weights EOS comes once in
+151,936 tokens, so nearly every completion runs to the cap (no rows for aha to drop)."""
 NUM_GENERATIONS = 8
 COMPLETIONS_PER_STEP = 16
 MAX_COMPLETION_LENGTH = 64
@@ -70,10 +74,12 @@ WORKER_TIMEOUT_S = 7200.0
 BF16 = False
 """--bf16: the timing and curve runs of both trainers in bf16 mixed precision (float32 weights, bf16 autocast;
 TRL's bf16=True, its default); the same-batch check stays float32."""
+DEVICE = "cpu"
+"""--device: where both trainers run (cuda: TRL without use_cpu, aha on CUDA; times synchronised)."""
 BETA = 0.04
 SEED = 0
 MODEL_SEED = 0
-CURVE_LR = {"4m": 1e-3, "30m": 3e-4}
+CURVE_LR = {"4m": 1e-3, "30m": 3e-4, "qwen2-0.5b": 1e-5}
 """Learning rate of the learning-curve runs per size: high enough that the reward visibly moves in 30 steps."""
 ADAM = dict(adam_beta1=0.9, adam_beta2=0.99, weight_decay=0.0, max_grad_norm=1.0)
 """Optimiser settings written explicitly into both configs (aha's defaults; TRL's beta2 would be 0.999)."""
@@ -123,7 +129,8 @@ def build_model(size: str, directory: Path) -> dict:
     """The tiny model of `size` written to `directory` (same seed, same weights every time)."""
     from aha.models.tiny import make_tiny, num_params
     from transformers import AutoConfig
-    path = make_tiny(directory, corpus(), size=size, arch="llama", seed=MODEL_SEED)
+    arch, overrides = ("qwen2", {"vocab_size": QWEN2_VOCAB}) if size == "qwen2-0.5b" else ("llama", None)
+    path = make_tiny(directory, corpus(), size=size, arch=arch, seed=MODEL_SEED, overrides=overrides)
     config = AutoConfig.from_pretrained(path)
     return {"path": str(path), "params": num_params(config), "vocab_size": config.vocab_size,
             "hidden_size": config.hidden_size, "layers": config.num_hidden_layers}
@@ -131,6 +138,13 @@ def build_model(size: str, directory: Path) -> dict:
 
 def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+def sync() -> None:
+    """Wait for queued GPU work, so a host clock read after it times the work (no-op on the CPU)."""
+    if DEVICE.startswith("cuda"):
+        import torch
+        torch.cuda.synchronize()
 
 
 def scripted_completions(prompt_ids: list[int], step: int, n: int, vocab_size: int, eos_id: int) -> list[list[int]]:
@@ -181,7 +195,7 @@ def trl_config(out_dir: str, steps: int, lr: float, seed: int):
         num_iterations=1, loss_type="dapo", scale_rewards="group", epsilon=0.2, use_bias_correction_kl=False,
         temperature=1.0, top_p=1.0, top_k=0, learning_rate=lr, lr_scheduler_type="constant", warmup_steps=0,
         optim="adamw_torch", max_steps=steps, seed=seed, logging_steps=1, report_to="none", save_strategy="no",
-        disable_tqdm=True, use_cpu=True, bf16=BF16, fp16=False, gradient_checkpointing=False,
+        disable_tqdm=True, use_cpu=DEVICE == "cpu", bf16=BF16, fp16=False, gradient_checkpointing=False,
         model_init_kwargs={"dtype": "float32"}, log_completions=False, dataloader_num_workers=0, **ADAM)
     assert cfg.steps_per_generation == 1 and cfg.generation_batch_size == COMPLETIONS_PER_STEP
     return cfg
@@ -219,9 +233,13 @@ def run_aha(model_dir: str, steps: int, lr: float, seed: int, threads: int, out_
 
         trainer.engine = ScriptedEngine()
     records = []
+    if str(next(trainer.model.parameters()).device).split(":")[0] != DEVICE.split(":")[0]:
+        raise RuntimeError(f"aha's model is on {next(trainer.model.parameters()).device}, expected {DEVICE}")
     for _ in range(steps):
+        sync()
         t0 = time.perf_counter()
         m = trainer.step()
+        sync()
         wall = time.perf_counter() - t0
         trainer.step_count += 1
         records.append({
@@ -254,12 +272,14 @@ def run_trl(model_dir: str, steps: int, lr: float, seed: int, threads: int, out_
         t0 = None
 
         def on_step_begin(self, args, state, control, **kw):
+            sync()
             now = time.perf_counter()
             if self.t0 is not None:
                 periods.append(now - self.t0)  # begin-to-begin: includes TRL's logging and the data fetch
             self.t0 = now
 
         def on_step_end(self, args, state, control, **kw):
+            sync()
             steps_s.append(time.perf_counter() - self.t0)
 
         def on_log(self, args, state, control, logs=None, **kw):
@@ -289,15 +309,19 @@ def run_trl(model_dir: str, steps: int, lr: float, seed: int, threads: int, out_
         generate_single_turn = scripted_generate
 
     def timed_generate(prompt_ids, *a, **k):
+        sync()
         t0 = time.perf_counter()
         completion_ids, logprobs = generate_single_turn(prompt_ids, *a, **k)
+        sync()
         gen.append({"s": time.perf_counter() - t0, "completion_tokens": sum(map(len, completion_ids)),
                     "prompt_tokens": sum(map(len, prompt_ids)), "rows": len(completion_ids)})
         return completion_ids, logprobs
 
     def timed_rewards(*a, **k):
+        sync()
         t0 = time.perf_counter()
         out = calculate_rewards(*a, **k)
+        sync()
         rew.append(time.perf_counter() - t0)
         return out
 
@@ -310,6 +334,8 @@ def run_trl(model_dir: str, steps: int, lr: float, seed: int, threads: int, out_
              "prompt0_ids": tokenizer(text=[p0])["input_ids"][0],
              "steps_per_generation": cfg.steps_per_generation, "generation_batch_size": cfg.generation_batch_size,
              "torch_threads": torch.get_num_threads()}
+    if trainer.model.device.type != DEVICE.split(":")[0]:
+        raise RuntimeError(f"TRL's model is on {trainer.model.device}, expected {DEVICE}")
     trainer.train()
     if not (len(steps_s) == len(gen) == len(rew) == len(step_logs) == steps):
         raise RuntimeError(f"expected one generation round per step: {steps} steps, {len(steps_s)} timed, "
@@ -337,6 +363,9 @@ def worker(args) -> None:
         result = run(args.model_dir, args.steps, args.lr, args.seed, args.threads, out_dir,
                      scripted=args.scripted, params_out=args.params_out)
     result["peak_rss_mb"] = peak_rss_mb()
+    if DEVICE.startswith("cuda"):
+        import torch
+        result["peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 2**20
     Path(args.result).write_text(json.dumps(result))
 
 
@@ -348,10 +377,13 @@ def spawn(framework: str, model_dir: str, steps: int, lr: float, seed: int, thre
            + ("-bf16" if bf16 else ""))
     result = tmp / f"{tag}.json"
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
-               TOKENIZERS_PARALLELISM="false", TRANSFORMERS_VERBOSITY="error", CUDA_VISIBLE_DEVICES="")
+               TOKENIZERS_PARALLELISM="false", TRANSFORMERS_VERBOSITY="error")
+    if DEVICE == "cpu":
+        env["CUDA_VISIBLE_DEVICES"] = ""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", framework, "--model-dir", model_dir,
            "--steps", str(steps), "--lr", repr(lr), "--seed", str(seed), "--threads", str(threads),
            "--max-completion-length", str(MAX_COMPLETION_LENGTH), "--micro-batch-tokens", str(MICRO_BATCH_TOKENS),
+           "--device", DEVICE,
            "--result", str(result)] + (["--bf16"] if bf16 else []) \
         + (["--scripted", "--params-out", str(tmp / f"{tag}.pt")] if scripted else [])
     t0 = time.perf_counter()
@@ -379,7 +411,7 @@ def summarise(run: dict, warmup: int = 1) -> dict:
         "median_reward_s": med("reward_s"),
         "gen_tokens_per_s": total("gen_tokens") / max(total("generate_s"), 1e-9),
         "train_tokens_per_s": total("train_tokens") / max(total("train_s"), 1e-9),
-        "peak_rss_mb": run["peak_rss_mb"],
+        "peak_rss_mb": run["peak_rss_mb"], "peak_gpu_mb": run.get("peak_gpu_mb"),
         "zero_std_frac": statistics.fmean(r["zero_std_frac"] for r in run["records"]),
         "completion_len_mean": statistics.fmean(r["completion_len"] for r in timed),
         "timed_steps": len(timed), "step_s_all": [r["step_s"] for r in run["records"]],
@@ -443,6 +475,9 @@ def plot_curves(curves: dict, path: Path, window: int) -> None:
 def versions() -> dict:
     import importlib.metadata as md
     out = {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()}
+    if DEVICE.startswith("cuda"):
+        import torch
+        out["gpu"] = torch.cuda.get_device_name()
     for pkg in ("torch", "transformers", "trl", "accelerate", "datasets"):
         try:
             out[pkg] = md.version(pkg)
@@ -452,7 +487,7 @@ def versions() -> dict:
 
 
 def main(argv=None) -> None:
-    global MAX_COMPLETION_LENGTH, MICRO_BATCH_TOKENS, BF16, WORKER_TIMEOUT_S
+    global MAX_COMPLETION_LENGTH, MICRO_BATCH_TOKENS, BF16, WORKER_TIMEOUT_S, DEVICE
     class Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
         pass
 
@@ -485,6 +520,7 @@ def main(argv=None) -> None:
                         "bf16=True), for the timing and curve runs; the same-batch check stays float32")
     p.add_argument("--worker-timeout", type=float, default=WORKER_TIMEOUT_S,
                    help="seconds one worker process may run before it is killed and the benchmark stops")
+    p.add_argument("--device", default="cpu", help="cpu or cuda: where both trainers run")
     p.add_argument("--worker", choices=("aha", "trl"), help=argparse.SUPPRESS)
     p.add_argument("--scripted", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--params-out", help=argparse.SUPPRESS)
@@ -492,7 +528,7 @@ def main(argv=None) -> None:
     p.add_argument("--result", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     MAX_COMPLETION_LENGTH, MICRO_BATCH_TOKENS = args.max_completion_length, args.micro_batch_tokens
-    BF16, WORKER_TIMEOUT_S = args.bf16, args.worker_timeout
+    BF16, WORKER_TIMEOUT_S, DEVICE = args.bf16, args.worker_timeout, args.device
     if args.worker:
         return worker(args)
     if args.steps < 2:
@@ -512,7 +548,7 @@ def main(argv=None) -> None:
                            "loss_type": "dapo", "advantages": "group std (aha grpo / TRL scale_rewards=group)",
                            "temperature": 1.0, "top_p": 1.0, "top_k": 0, "lr": args.lr, "threads": args.threads,
                            "seed": args.seed, "steps": args.steps, "warmup_steps_discarded": 1,
-                           "dtype": "float32", "bf16_mixed_precision_timing": BF16, "device": "cpu", **ADAM},
+                           "dtype": "float32", "bf16_mixed_precision_timing": BF16, "device": DEVICE, **ADAM},
               "models": {}, "timing": {}, "curves": {}}
     curve_sizes = (args.curve_sizes or [min(args.sizes, key=SIZES.index)]) if args.curve_steps > 0 else []
     with tempfile.TemporaryDirectory(prefix="aha_vs_trl_") as tmp_name:
@@ -534,8 +570,9 @@ def main(argv=None) -> None:
                     s = summarise(run)
                     s["setup"], s["records"] = run["setup"], run["records"]
                     runs[fw].append(s)
+                    gpu = f", peak GPU {s['peak_gpu_mb']:.0f} MB" if s["peak_gpu_mb"] is not None else ""
                     print(f"        median {s['median_step_s']:.3f} s/step (all: "
-                          f"{' '.join(f'{x:.2f}' for x in s['step_s_all'])}), peak RSS {s['peak_rss_mb']:.0f} MB",
+                          f"{' '.join(f'{x:.2f}' for x in s['step_s_all'])}), peak RSS {s['peak_rss_mb']:.0f} MB{gpu}",
                           flush=True)
             for fw, rs in runs.items():
                 # the round with the median s/step stands for the framework; every round is kept

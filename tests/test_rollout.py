@@ -189,3 +189,74 @@ def test_each_group_is_reported_once_as_it_finishes(tok, layer_cache, max_batch,
         assert r.truncated == out.truncated[i * n:(i + 1) * n]
     if max_batch == 512:  # one batch: reported in the order they finish
         assert [finish[i] for i, _ in calls] == sorted(finish)
+
+
+@pytest.mark.parametrize("arch, autocast", [("llama", False), ("qwen2", False), ("qwen2", True)])
+@torch.no_grad()
+def test_graph_cache_static_step_matches_the_layer_cache(tok, arch, autocast):
+    """GraphCache's static decode step (written at a column tensor, attending over a power-of-two bucket with
+    the unwritten columns masked; here run eagerly, as on a CPU) gives LayerCache's logits, across the
+    128-column bucket into the capacity bucket and with each prompt's cache shared by 2 samples."""
+    model = model_of(tok, arch)
+    L, steps = max(map(len, PROMPTS)), 140
+    ids = torch.tensor([[0] * (L - len(p)) + p for p in PROMPTS])
+    mask = torch.tensor([[0] * (L - len(p)) + [1] * len(p) for p in PROMPTS])
+    logits, tokens = {}, None
+    for name, make in (("layer", engine_module.LayerCache),
+                       ("graph", lambda *a: engine_module.GraphCache(*a, capture=False))):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):  # float32 cache, bf16 keys written
+            cache = make(model, mask, steps)
+            first = cache.forward(ids, (mask.cumsum(-1) - 1).clamp(min=0))
+            cache.repeat(2)
+            out = [first.repeat_interleave(2, 0)]
+            pos = mask.sum(-1, keepdim=True).repeat_interleave(2, 0)
+            tokens = tokens or [None] * steps  # the graph cache is fed the layer cache's greedy tokens
+            for t in range(steps):
+                tokens[t] = out[-1].argmax(-1, keepdim=True) if tokens[t] is None else tokens[t]
+                out.append(cache.forward(tokens[t], pos + t))
+        logits[name] = torch.stack(out)
+    assert cache.bucket == cache.k[0].shape[2] == L + steps  # past 128 the bucket is the capacity
+    if autocast:  # bf16 matmuls: the norm of the difference within bf16 rounding (2^-8 relative)
+        diff = (logits["graph"] - logits["layer"]).norm() / logits["layer"].norm()
+        assert diff < 2**-8, float(diff)
+    else:
+        torch.testing.assert_close(logits["graph"], logits["layer"], atol=1e-5, rtol=1e-5)
+
+
+def cuda(test):
+    return pytest.mark.gpu(pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")(test))
+
+
+@cuda
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_cuda_graph_engine_matches_the_eager_engine(tok, arch):
+    """On a GPU: graph-replayed decoding gives the eager LayerCache's greedy tokens (float32), sampling with the
+    caller's CPU generator is reproducible by seed, and bf16 autocast decodes."""
+    model = model_of(tok, arch).cuda()
+    params = SamplingParams(temperature=0, max_new_tokens=150)
+    eager = HFEngine(model, [], tok.pad_token_id, cuda_graphs=False).generate(PROMPTS, 2, params)
+    engine = HFEngine(model, [], tok.pad_token_id)
+    assert engine.generate(PROMPTS, 2, params).completion_ids == eager.completion_ids
+    sampled = SamplingParams(temperature=1.0, max_new_tokens=40)
+    runs = [engine.generate(PROMPTS, 4, sampled, torch.Generator().manual_seed(7)).completion_ids for _ in range(2)]
+    assert runs[0] == runs[1] and len(set(map(tuple, runs[0]))) > 1
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        out = engine.generate(PROMPTS, 2, sampled, torch.Generator().manual_seed(7))
+    assert [len(c) for c in out.completion_ids] == [40] * 6
+
+
+@cuda
+def test_grpo_trains_on_cuda_in_bf16(tiny_dir, tmp_path):
+    from aha.config import GRPOConfig
+    from aha.train.grpo import GRPOTrainer
+    prompts = [{"prompt": f"{a}+{b}="} for a in range(10) for b in range(3)]
+    digits = lambda completions, **kw: [sum(ch.isdigit() for ch in c) / max(len(c), 1) for c in completions]  # noqa: E731
+    args = GRPOConfig(output_dir=str(tmp_path / "run"), max_steps=2, num_generations=4, per_device_train_batch_size=8,
+                      max_completion_length=16, learning_rate=1e-2, beta=0.04, bf16=True, progress_bar=False,
+                      report_to=[], log_completions_steps=0, seed=0)
+    t = GRPOTrainer(model=tiny_dir, reward_funcs=[digits], args=args, train_dataset=prompts)
+    assert next(t.model.parameters()).device.type == "cuda"
+    before = {n: p.detach().clone() for n, p in t.model.named_parameters()}
+    metrics = t.train()
+    assert all(torch.isfinite(torch.tensor(metrics[k])) for k in ("loss", "kl", "grad_norm", "reward/mean"))
+    assert any(not torch.equal(before[n], p) for n, p in t.model.named_parameters())

@@ -4,14 +4,18 @@ Why not `model.generate`: a GRPO step samples n completions of each prompt, so t
 prefilled once and its cache repeated n times; and rows that hit EOS are dropped from the batch
 (cache included) instead of decoding padding until the longest row ends.
 
-Two caches behind one interface. `LayerCache` serves decoders with the Llama layout (Llama, Qwen2,
+Three caches behind one interface. `LayerCache` serves decoders with the Llama layout (Llama, Qwen2,
 Qwen3, Mistral, SmolLM2): it calls the model's own decoder layers with keys and values written in
 place into buffers allocated once, so a decode step copies one column, not the whole cache, and
-the rotary tables and attention mask are not rebuilt by the model each step. `HFCache` serves every
-other causal LM through `model(...)` and transformers' growing DynamicCache.
+the rotary tables and attention mask are not rebuilt by the model each step. `GraphCache` is the same
+on a GPU with static shapes, each decode step replayed from a CUDA graph (a small batch's step is
+otherwise bound by the launch of some 40 kernels per layer). `HFCache` serves every other causal LM
+through `model(...)` and transformers' growing DynamicCache.
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 from torch import Tensor
@@ -100,13 +104,16 @@ class LayerCache:
     the new columns in place and returns views of the filled part. The mask is additive, [m,1,q,S].
     """
 
-    def __init__(self, model, mask: Tensor, max_new_tokens: int):
+    fixed_rows = False
+    """True where finished rows must stay in the batch (their outputs are ignored)."""
+
+    def __init__(self, model, mask: Tensor, max_new_tokens: int, chunk: int = CACHE_CHUNK):
         self.lm = model.get_base_model() if hasattr(model, "get_base_model") else model
         self.decoder = self.lm.get_decoder()
         cfg, (P, L) = self.lm.config, mask.shape
         param = next(self.lm.parameters())
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        cap = L + min(max_new_tokens, CACHE_CHUNK)  # grown on demand: memory follows the filled length
+        cap = L + min(max_new_tokens, chunk)  # grown on demand: memory follows the filled length
         shape = (P, cfg.num_key_value_heads, cap, head_dim)
         self.k = [param.new_empty(shape) for _ in self.decoder.layers]  # columns >= end are never read
         self.v = [param.new_empty(shape) for _ in self.decoder.layers]
@@ -147,6 +154,12 @@ class LayerCache:
             causal = torch.ones(q, end, dtype=torch.bool, device=ids.device).tril(end - q)
             seen = causal & ((bias[:, :, 0] == 0) | torch.eye(q, end, dtype=torch.bool, device=ids.device))
             bias = torch.zeros_like(seen, dtype=bias.dtype).masked_fill(~seen, self.blocked)[:, None]
+        logits = self._logits(ids, pos, bias)
+        self.end = end
+        return logits
+
+    def _logits(self, ids: Tensor, pos: Tensor, bias: Tensor) -> Tensor:
+        """The model's layers over ids [m,q] at positions pos [m,q] with additive mask bias: last logits [m,V]."""
         h = self.decoder.embed_tokens(ids)
         rotary = self.decoder.rotary_emb(h, pos)
         cfg, own = self.lm.config, self.lm.config._attn_implementation
@@ -159,7 +172,6 @@ class LayerCache:
                 h = h[0] if isinstance(h, tuple) else h
         finally:
             cfg._attn_implementation = own
-        self.end = end
         return self.lm.lm_head(self.decoder.norm(h[:, -1])).float()
 
     def repeat(self, n: int) -> None:
@@ -183,15 +195,101 @@ class LayerCache:
         self.k, self.v, self.bias = [kv(x) for x in self.k], [kv(x) for x in self.v], bias
 
 
+class GraphCache(LayerCache):
+    """LayerCache with static shapes, for CUDA graphs: room for every token from the start, rows kept to the
+    end (a finished row's tokens are ignored), and each decode step written at a column held in a device
+    tensor, attending over the first `bucket` columns (the next power of two >= 128 past the filled length,
+    unwritten columns masked). One graph per bucket is captured when decoding first reaches it, then replayed
+    each step: no Python or kernel launches per layer. `capture=False` runs the same static step eagerly (the
+    CPU tests compare it with LayerCache)."""
+
+    fixed_rows = True
+    MIN_BUCKET = 128
+
+    def __init__(self, model, mask: Tensor, max_new_tokens: int, capture: bool = True):
+        super().__init__(model, mask, max_new_tokens, chunk=max_new_tokens)
+        self._clear_tail(mask.shape[1])  # the prompt's columns are masked by its padding alone
+        self.capture = capture
+        self.graphs: dict[int, tuple] = {}  # bucket -> (graph, logits it writes)
+        self.pool = None                     # one memory pool shared by the graphs
+        self.column = None                   # [1] long: the column a decode step writes
+        self.bucket = 0                      # columns the step being run attends over
+
+    def update(self, k: Tensor, v: Tensor, layer: int, *args, **kwargs) -> tuple[Tensor, Tensor]:
+        if self.column is None:  # prefill: as LayerCache
+            return super().update(k, v, layer)
+        self.k[layer].index_copy_(2, self.column, k.to(self.k[layer].dtype))  # bf16 under autocast
+        self.v[layer].index_copy_(2, self.column, v.to(self.v[layer].dtype))
+        return self.k[layer][:, :, :self.bucket], self.v[layer][:, :, :self.bucket]
+
+    def forward(self, ids: Tensor, pos: Tensor) -> Tensor:
+        if ids.shape[1] > 1 or self.end == 0:
+            return super().forward(ids, pos)
+        cap = self.bias.shape[1]
+        if self.end >= cap:
+            raise ValueError(f"GraphCache is full: {cap} columns")
+        bucket = min(cap, max(self.MIN_BUCKET, 1 << self.end.bit_length()))  # > end
+        if self.column is None:  # first decode step: the static inputs
+            self.column = torch.zeros(1, dtype=torch.long, device=ids.device)
+            self.tok, self.pos = torch.zeros_like(ids), torch.zeros_like(pos)
+        self.column.fill_(self.end)
+        self.tok.copy_(ids)
+        self.pos.copy_(pos)
+        if not self.capture:
+            logits = self._step(bucket)
+        else:
+            if bucket not in self.graphs:
+                self.graphs[bucket] = self._capture(bucket)
+            graph, logits = self.graphs[bucket]
+            graph.replay()
+            logits = logits.clone()
+        self.end += 1
+        return logits
+
+    def _resize(self, m: int, cap: int, rows=lambda x: x) -> None:
+        super()._resize(m, cap, rows)
+        self._clear_tail(self.end)
+
+    def _clear_tail(self, start: int) -> None:
+        """Columns from `start` on are unwritten and yet attended over, so they must be masked and hold no NaN
+        (0 x NaN is NaN)."""
+        self.bias[:, start:] = self.blocked
+        for x in self.k + self.v:
+            x[:, :, start:].zero_()
+
+    def _step(self, bucket: int) -> Tensor:
+        """One decode step on the static inputs: logits [m,V] of token `tok` at column `column`."""
+        self.bucket = bucket
+        self.bias.index_fill_(1, self.column, 0)  # the new column is visible to every row
+        return self._logits(self.tok, self.pos, self.bias[:, None, None, :bucket])  # mask [m,1,1,bucket]
+
+    def _capture(self, bucket: int) -> tuple:
+        """A CUDA graph of `_step(bucket)`, warmed up once on a side stream (that run writes the same column
+        the replay then writes again)."""
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            self._step(bucket)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool):
+            logits = self._step(bucket)
+        self.pool = graph.pool()
+        return graph, logits
+
+
 class HFEngine:
     """Generates with the policy module itself, so weight updates need no copy (an Engine)."""
 
     def __init__(self, model, eos_token_ids: list[int], pad_token_id: int, max_batch: int = 512,
-                 layer_cache: bool = True):
+                 layer_cache: bool = True, cuda_graphs: bool | None = None):
         self.model = model
         self.version = 0
         self.layer_cache = layer_cache
         """False forces `HFCache` even where `LayerCache` would serve (for comparisons)."""
+        self.cuda_graphs = os.environ.get("AHA_CUDA_GRAPHS", "1") != "0" if cuda_graphs is None else cuda_graphs
+        """On a CUDA device, decode Llama-layout models with `GraphCache` (False, or AHA_CUDA_GRAPHS=0 in the
+        environment: `LayerCache`, eager)."""
         self.eos = torch.tensor(sorted(set(eos_token_ids)), dtype=torch.long)
         self.pad = pad_token_id
         self.max_batch = max_batch
@@ -237,8 +335,12 @@ class HFEngine:
             ids[i, L - len(p):] = torch.tensor(p, dtype=torch.long)
             mask[i, L - len(p):] = 1
         ids, mask = ids.to(device), mask.to(device)
+        if generator is not None and generator.device.type != device.type:  # sampling needs one on the logits'
+            seed = int(torch.randint(2**63 - 1, (1,), generator=generator))  # device: seeded from the caller's
+            generator = torch.Generator(device).manual_seed(seed)
         fast = self.layer_cache and LayerCache.supports(self.model, L + T)
-        cache = (LayerCache if fast else HFCache)(self.model, mask, T)
+        graphs = fast and self.cuda_graphs and device.type == "cuda"
+        cache = (GraphCache if graphs else LayerCache if fast else HFCache)(self.model, mask, T)
         logits = cache.forward(ids, (mask.cumsum(-1) - 1).clamp(min=0))         # [P,V]
         next_pos = mask.sum(-1)                                                  # [P]
         if n > 1:  # prefill once per prompt, then share the cache among its n samples
@@ -271,7 +373,7 @@ class HFEngine:
             if t == T - 1 or bool(done.all()):
                 break
             finished = done[rows]
-            if finished.sum() >= max(1, COMPACT_FRACTION * len(rows)):
+            if not getattr(cache, "fixed_rows", False) and finished.sum() >= max(1, COMPACT_FRACTION * len(rows)):
                 keep = (~finished).nonzero().squeeze(-1)
                 cache.select(keep)
                 rows, tok, next_pos = rows[keep], tok[keep], next_pos[keep]

@@ -60,3 +60,27 @@ def test_each_distinct_prompt_runs_once_and_one_token_prompts_fall_back(monkeypa
         completion_logprobs(model, [[9, 8], [9, 7]], [[10]] * 2, 0, share_prompts=True)  # no prompt repeats
         assert widths == [(2, 2 + 1)]
     assert lp_mod.cache_arg(model) in ("cache", "past_key_values")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_token_logprobs_match_log_softmax_in_float64(dtype, monkeypatch):
+    """The chunked log-prob function against log_softmax in float64 on the same logit values: log-probs,
+    entropy and the gradient, with a temperature, over several chunks and a last partial one."""
+    monkeypatch.setattr(lp_mod, "CHUNK_ELEMENTS", 3 * 50)  # 3 positions per chunk; 21 positions
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(3, 7, 50, generator=g) * 3).to(dtype).requires_grad_()
+    ids = torch.randint(0, 50, (3, 7), generator=g)
+    w = torch.randn(3, 7, generator=g)
+    logp, ent = lp_mod.TokenLogProbs.apply(x, ids, 0.7, True)
+    (logp * w).sum().backward()
+    ref_x = x.detach().double().requires_grad_()
+    ls = (ref_x / 0.7).log_softmax(-1)
+    ref = ls.gather(-1, ids[..., None]).squeeze(-1)
+    (ref * w.double()).sum().backward()
+    assert logp.dtype == ent.dtype == torch.float32 and x.grad.dtype == dtype
+    torch.testing.assert_close(logp.double(), ref.detach(), atol=1e-5, rtol=1e-6)
+    torch.testing.assert_close(ent.double(), -(ls.exp() * ls).sum(-1).detach(), atol=1e-5, rtol=1e-6)
+    grad_tol = 1e-6 if dtype == torch.float32 else 2**-8  # the gradient is written in the logits' dtype
+    torch.testing.assert_close(x.grad.double(), ref_x.grad, atol=grad_tol, rtol=grad_tol)
+    _, none = lp_mod.TokenLogProbs.apply(x, ids, 1.0, False)
+    assert none.numel() == 0

@@ -9,7 +9,7 @@ Qwen3, Mistral, SmolLM2): it calls the model's own decoder layers with keys and 
 place into buffers allocated once, so a decode step copies one column, not the whole cache, and
 the rotary tables and attention mask are not rebuilt by the model each step. `GraphCache` is the same
 on a GPU with static shapes, each decode step replayed from a CUDA graph (a small batch's step is
-otherwise bound by the launch of some 40 kernels per layer). `HFCache` serves every other causal LM
+otherwise bound by launching dozens of small kernels per layer). `HFCache` serves every other causal LM
 through `model(...)` and transformers' growing DynamicCache.
 """
 

@@ -7,6 +7,52 @@ from torch import Tensor
 
 from ..models.load import cache_arg
 
+CHUNK_ELEMENTS = 2**24
+"""Logits handled at once by `token_logprobs` (64 MB in float32): its float32 temporaries stay this size."""
+
+
+class TokenLogProbs(torch.autograd.Function):
+    """log softmax(logits / temperature) at `ids`, and optionally the entropy, in float32 a chunk of positions at
+    a time. Autograd keeps the logits in their own dtype (bf16 under autocast) and the [n,T] log-normaliser, and
+    the backward writes the gradient in one pass: never a float32 copy of all the logits, their softmax or a
+    float32 gradient of them (each [n,T,V]: 5 GB for 16 x 512 tokens of a 151,936-token vocabulary)."""
+
+    @staticmethod
+    def forward(ctx, logits: Tensor, ids: Tensor, temperature: float, with_entropy: bool):
+        V = logits.shape[-1]
+        flat, flat_ids = logits.reshape(-1, V), ids.reshape(-1)                           # [N,V], [N]
+        lse = torch.empty(len(flat), dtype=torch.float32, device=logits.device)          # [N]
+        logp = torch.empty_like(lse)
+        entropy = torch.empty_like(lse) if with_entropy else lse.new_empty(0)
+        step = max(1, CHUNK_ELEMENTS // V)
+        for i in range(0, len(flat), step):
+            x = flat[i:i + step].float() / temperature                                    # [c,V]
+            part = slice(i, i + len(x))
+            lse[part] = x.logsumexp(-1)
+            logp[part] = x.gather(-1, flat_ids[part, None]).squeeze(-1) - lse[part]
+            if with_entropy:
+                entropy[part] = lse[part] - (x.softmax(-1) * x).sum(-1)
+        ctx.save_for_backward(logits, ids, lse)
+        ctx.temperature = temperature
+        ctx.mark_non_differentiable(entropy)
+        return logp.view(ids.shape), entropy.view(ids.shape) if with_entropy else entropy
+
+    @staticmethod
+    def backward(ctx, grad_logp: Tensor, grad_entropy: Tensor):
+        """d logp / d logits = (onehot(id) - softmax(logits / t)) / t."""
+        logits, ids, lse = ctx.saved_tensors
+        V, t = logits.shape[-1], ctx.temperature
+        flat, flat_ids, g = logits.reshape(-1, V), ids.reshape(-1), grad_logp.reshape(-1).float()
+        grad = torch.empty_like(flat)                                                     # [N,V]
+        step = max(1, CHUNK_ELEMENTS // V)
+        for i in range(0, len(flat), step):
+            x = flat[i:i + step].float()                                                  # [c,V]
+            part = slice(i, i + len(x))
+            gx = (x / t - lse[part, None]).exp_().mul_(-g[part, None])                    # -softmax * g
+            gx.scatter_add_(-1, flat_ids[part, None], g[part, None])
+            grad[part] = gx.div_(t)
+        return grad.view(logits.shape), None, None, None
+
 
 def pad_batch(prompts: list[list[int]], completions: list[list[int]], pad_id: int,
               device) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -44,16 +90,11 @@ def completion_logprobs(model, prompts: list[list[int]], completions: list[list[
         T = comp_ids.shape[1]
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
         logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False,
-                       logits_to_keep=T + 1).logits[:, :T].float()                # [n,T,V]
-    if temperature != 1.0:
-        logits = logits / temperature
-    lse = logits.logsumexp(-1)                                                    # [n,T]
-    logp = logits.gather(-1, comp_ids.unsqueeze(-1)).squeeze(-1) - lse           # [n,T]
-    entropy = None
-    if with_entropy:
-        with torch.no_grad():
-            entropy = lse - (logits.softmax(-1) * logits).sum(-1)                 # [n,T]
-    return logp, comp_mask, entropy
+                       logits_to_keep=T + 1).logits                               # [n,T+1,V]
+    # the last position predicts past the completion: scored against any id, its log-prob is cut off below
+    ids_next = torch.nn.functional.pad(comp_ids, (0, 1))                          # [n,T+1]
+    logp, entropy = TokenLogProbs.apply(logits, ids_next, temperature, with_entropy)
+    return logp[:, :-1], comp_mask, entropy[:, :-1] if with_entropy else None
 
 
 def _shared_prompt_logits(model, prompts: list[list[int]], completions: list[list[int]], pad_id: int,
@@ -82,6 +123,6 @@ def _shared_prompt_logits(model, prompts: list[list[int]], completions: list[lis
     T = comp_ids.shape[1]
     pos = torch.tensor([len(p) - 1 for p in prompts], device=device).unsqueeze(1) + torch.arange(T + 1, device=device)
     logits = model(input_ids=ids, attention_mask=torch.cat([head_mask[row], attn], 1), position_ids=pos,
-                   use_cache=True, logits_to_keep=T + 1, **{arg: cache}).logits[:, :T].float()
-    return logits, comp_ids, comp_mask                                           # [n,T,V], [n,T], [n,T]
+                   use_cache=True, logits_to_keep=T + 1, **{arg: cache}).logits
+    return logits, comp_ids, comp_mask                                           # [n,T+1,V], [n,T], [n,T]
 

@@ -6,6 +6,8 @@ peak RSS, fraction of zero-std groups, and the mean-reward curves of both from t
                                                # same-batch check, 30-step 4m curves x 3 seeds
     .venv/bin/python benchmarks/vs_trl.py --curve-sizes 4m 30m               # curves for both sizes (slower)
     .venv/bin/python benchmarks/vs_trl.py --sizes 4m --curve-steps 0 --check-steps 0 --only aha   # aha timing only
+    python benchmarks/vs_trl.py --device cuda --sizes qwen2-0.5b --bf16 --curve-steps 0 --check-steps 0 \
+        --max-completion-length 512                # on a GPU: Qwen2-0.5B's shape (see benchmarks/gpu.sh)
 
 Run it on a quiet machine: other processes on the cores make the torch thread pools contend and inflate the
 times several-fold (with 2 threads on 2 busy cores, 10x was seen), and not equally for both frameworks.

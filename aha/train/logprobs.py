@@ -8,7 +8,7 @@ from torch import Tensor
 from ..models.load import cache_arg
 
 CHUNK_ELEMENTS = 2**24
-"""Logits handled at once by `token_logprobs` (64 MB in float32): its float32 temporaries stay this size."""
+"""Logits `TokenLogProbs` handles at once (64 MB in float32): its float32 temporaries stay this size."""
 
 
 class TokenLogProbs(torch.autograd.Function):

@@ -34,8 +34,9 @@ class TokenLogProbs(torch.autograd.Function):
                 entropy[part] = lse[part] - (x.softmax(-1) * x).sum(-1)
         ctx.save_for_backward(logits, ids, lse)
         ctx.temperature = temperature
-        ctx.mark_non_differentiable(entropy)
-        return logp.view(ids.shape), entropy.view(ids.shape) if with_entropy else entropy
+        entropy = entropy.view(ids.shape) if with_entropy else entropy
+        ctx.mark_non_differentiable(entropy)  # the returned tensor itself (a view of a marked one would not be)
+        return logp.view(ids.shape), entropy
 
     @staticmethod
     def backward(ctx, grad_logp: Tensor, grad_entropy: Tensor):

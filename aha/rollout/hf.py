@@ -75,6 +75,8 @@ def sample_tokens(logits: Tensor, params: SamplingParams,
 class HFCache:
     """Any causal LM: `model(...)` with transformers' cache, the attention mask grown each step."""
 
+    fixed_rows = False
+
     def __init__(self, model, mask: Tensor, max_new_tokens: int):
         self.model, self.mask, self.cache = model, mask, None                   # mask [m,L]
         self.arg = cache_arg(model)
@@ -372,11 +374,12 @@ class HFEngine:
                 report(done.view(P, n).all(1) & ~reported)                      # [P]
             if t == T - 1 or bool(done.all()):
                 break
-            finished = done[rows]
-            if not getattr(cache, "fixed_rows", False) and finished.sum() >= max(1, COMPACT_FRACTION * len(rows)):
-                keep = (~finished).nonzero().squeeze(-1)
-                cache.select(keep)
-                rows, tok, next_pos = rows[keep], tok[keep], next_pos[keep]
+            if not cache.fixed_rows:
+                finished = done[rows]
+                if finished.sum() >= max(1, COMPACT_FRACTION * len(rows)):
+                    keep = (~finished).nonzero().squeeze(-1)
+                    cache.select(keep)
+                    rows, tok, next_pos = rows[keep], tok[keep], next_pos[keep]
             logits = cache.forward(tok[:, None], next_pos[:, None])
             next_pos = next_pos + 1
         if on_group is not None:

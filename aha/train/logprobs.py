@@ -11,6 +11,12 @@ CHUNK_ELEMENTS = 2**24
 """Logits `TokenLogProbs` handles at once (64 MB in float32): its float32 temporaries stay this size."""
 
 
+def _chunks(positions: int, vocab: int):
+    """Slices of at most CHUNK_ELEMENTS // vocab positions (at least one) covering `positions`."""
+    step = max(1, CHUNK_ELEMENTS // vocab)
+    return (slice(i, min(i + step, positions)) for i in range(0, positions, step))
+
+
 class TokenLogProbs(torch.autograd.Function):
     """log softmax(logits / temperature) at `ids`, and optionally the entropy, in float32 a chunk of positions at
     a time. Autograd keeps the logits in their own dtype (bf16 under autocast) and the [n,T] log-normaliser, and
@@ -24,10 +30,8 @@ class TokenLogProbs(torch.autograd.Function):
         lse = torch.empty(len(flat), dtype=torch.float32, device=logits.device)          # [N]
         logp = torch.empty_like(lse)
         entropy = torch.empty_like(lse) if with_entropy else lse.new_empty(0)
-        step = max(1, CHUNK_ELEMENTS // V)
-        for i in range(0, len(flat), step):
-            x = flat[i:i + step].float() / temperature                                    # [c,V]
-            part = slice(i, i + len(x))
+        for part in _chunks(len(flat), V):
+            x = flat[part].float() / temperature                                          # [c,V]
             lse[part] = x.logsumexp(-1)
             logp[part] = x.gather(-1, flat_ids[part, None]).squeeze(-1) - lse[part]
             if with_entropy:
@@ -45,10 +49,8 @@ class TokenLogProbs(torch.autograd.Function):
         V, t = logits.shape[-1], ctx.temperature
         flat, flat_ids, g = logits.reshape(-1, V), ids.reshape(-1), grad_logp.reshape(-1).float()
         grad = torch.empty_like(flat)                                                     # [N,V]
-        step = max(1, CHUNK_ELEMENTS // V)
-        for i in range(0, len(flat), step):
-            x = flat[i:i + step].float()                                                  # [c,V]
-            part = slice(i, i + len(x))
+        for part in _chunks(len(flat), V):
+            x = flat[part].float()                                                        # [c,V]
             gx = (x / t - lse[part, None]).exp_().mul_(-g[part, None])                    # -softmax * g
             gx.scatter_add_(-1, flat_ids[part, None], g[part, None])
             grad[part] = gx.div_(t)

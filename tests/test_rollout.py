@@ -75,6 +75,59 @@ def test_layer_cache_logits_match_the_model(tok):
     torch.testing.assert_close(got2, want[:, -1], atol=1e-5, rtol=1e-5)
 
 
+class ThroughTheLayers(engine_module.LayerCache):
+    """The reference: the model's own decoder layers called with this cache (their attention calls `update`)."""
+
+    def _logits(self, ids, pos, bias):
+        from aha.models.load import cache_arg
+        h = self.decoder.embed_tokens(ids)
+        rotary = self.decoder.rotary_emb(h, pos)
+        for layer in self.decoder.layers:
+            h = layer(h, attention_mask=bias, position_ids=pos, use_cache=True, position_embeddings=rotary,
+                      **{cache_arg(layer): self})
+            h = h[0] if isinstance(h, tuple) else h
+        return self.lm.lm_head(self.decoder.norm(h[:, -1])).float()
+
+
+def grouped_query_model(arch):
+    """A tiny model of each LayerCache architecture with 4 query heads sharing 2 key/value heads."""
+    import transformers
+    config_cls, model_cls = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
+                             "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
+                             "mistral": ("MistralConfig", "MistralForCausalLM")}[arch]
+    config = getattr(transformers, config_cls)(vocab_size=40, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                               num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                                               max_position_embeddings=64, sliding_window=None)
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    return getattr(transformers, model_cls)(config).eval()
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "mistral"])
+@pytest.mark.parametrize("autocast", [False, True])
+def test_layer_cache_computes_what_the_model_layers_compute(arch, autocast):
+    """LayerCache wires the model's modules as its decoder layers do: prefill and decode logits are equal to the
+    last bit to those of the model's own layers over the same cache (grouped-query heads, Qwen2's biases,
+    Qwen3's q/k norms; under bf16 autocast with the float32 attention both use)."""
+    model = grouped_query_model(arch)
+    ids, mask = torch.tensor([[0, 0, 5, 9, 14], [7, 3, 2, 8, 6]]), torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+    logits = {}
+    for name, cls in (("lean", engine_module.LayerCache), ("layers", ThroughTheLayers)):
+        own = model.config._attn_implementation
+        if autocast and cls is ThroughTheLayers:
+            model.config._attn_implementation = engine_module.FLOAT32_ATTENTION
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            cache = cls(model, mask, 8)
+            out = [cache.forward(ids, (mask.cumsum(-1) - 1).clamp(min=0))]
+            pos = mask.sum(-1, keepdim=True)
+            for t in range(6):
+                out.append(cache.forward(torch.tensor([[4 + t], [12 + t]]), pos + t))
+        model.config._attn_implementation = own
+        logits[name] = torch.stack(out)
+    assert logits["lean"].abs().max() > 0
+    assert torch.equal(logits["lean"], logits["layers"])
+
+
 def test_lora_model_uses_the_layer_cache_with_its_adapters(tok):
     from peft import LoraConfig, get_peft_model
     model = get_peft_model(model_of(tok, "llama"), LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))

@@ -1,6 +1,6 @@
 """What training cost or gave: greedy held-out accuracy of a base model and trained models on several tasks.
 
-    .venv/bin/python benchmarks/skills.py smollm2-135m-instruct runs/grpo_smollm2/model
+    .venv/bin/python benchmarks/skills.py smollm2-135m-instruct runs/grpo_smollm2_mix/model
     .venv/bin/python benchmarks/skills.py BASE TRAINED --tasks chat_add chat_sub chat_mul --dtype bfloat16
 
 The first model is the reference. For every task and model: accuracy with its Wilson 95% interval, and for

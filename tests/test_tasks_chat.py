@@ -109,8 +109,7 @@ def test_verifier_reads_the_final_number(reply, right):
     assert rewards[0](prompts=[row["prompt"]], completions=[reply], answer=["64"]) == value
 
 
-@pytest.mark.parametrize("name, task, lora", [("grpo_smollm2.yaml", "chat_add", False),
-                                             ("grpo_smollm2_lora.yaml", "chat_add+chat_next", True),
+@pytest.mark.parametrize("name, task, lora", [("grpo_smollm2_lora.yaml", "chat_add+chat_next", True),
                                              ("grpo_smollm2_mix.yaml", "chat_add+chat_next", False)])
 def test_example_configs_parse(name, task, lora):
     from pathlib import Path

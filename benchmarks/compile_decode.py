@@ -9,7 +9,6 @@ second is the steady state; ms per step of each pass are printed.
 """
 
 import argparse
-import tempfile
 import time
 
 import torch
@@ -23,11 +22,9 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    from transformers import AutoModelForCausalLM
-    from aha.models.tiny import make_tiny
+    from aha.models.tiny import random_model
     from aha.rollout.hf import GraphCache, LayerCache
-    d = make_tiny(tempfile.mkdtemp() + "/m", [f"{i} plus {i * 7} is {i * 8}" for i in range(500)], size=a.size)
-    model = AutoModelForCausalLM.from_pretrained(d).eval()
+    model = random_model(a.size)
     V, m, P = model.config.vocab_size, a.rows, 16
     gen = torch.Generator().manual_seed(0)
     prompt = torch.randint(10, V, (m, P), generator=gen)

@@ -11,7 +11,6 @@ measures both together).
 """
 
 import argparse
-import tempfile
 import time
 
 import torch
@@ -36,11 +35,9 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    from transformers import AutoModelForCausalLM
-    from aha.models.tiny import make_tiny
+    from aha.models.tiny import random_model
     from aha.rollout.hf import LayerCache
-    d = make_tiny(tempfile.mkdtemp() + "/m", [f"{i} plus {i * 7} is {i * 8}" for i in range(500)], size=a.size)
-    model = AutoModelForCausalLM.from_pretrained(d).eval()
+    model = random_model(a.size)
     x = torch.randn(64 * 2**20)
     x.sum()
     t = time.perf_counter()

@@ -11,7 +11,6 @@ model's own EOS) with LayerCache and with the reference that calls the model's d
 import argparse
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -30,15 +29,12 @@ def main():
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     from test_rollout import ThroughTheLayers
-    from transformers import AutoModelForCausalLM
-
-    from aha.models.tiny import make_tiny
+    from aha.models.tiny import random_model
     from aha.rollout import SamplingParams
     from aha.rollout import hf as engine_module
     variants = {"model's layers": ThroughTheLayers, "LayerCache": engine_module.LayerCache}
     for size in a.sizes:
-        d = make_tiny(tempfile.mkdtemp() + "/m", [f"{i} plus {i * 7} is {i * 8}" for i in range(500)], size=size)
-        model = AutoModelForCausalLM.from_pretrained(d).eval()
+        model = random_model(size)
         engine = engine_module.HFEngine(model, [2], 0)
         g = torch.Generator().manual_seed(0)
         prompts = [torch.randint(10, model.config.vocab_size, (16,), generator=g).tolist() for _ in range(2)]

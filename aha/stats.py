@@ -51,7 +51,17 @@ def paired_gain(before: Sequence[float], after: Sequence[float], seed: int = 0) 
 
 
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
-"""Student t 0.975 quantiles by degrees of freedom (beyond 10: the Cornish-Fisher expansion in `seed_interval`)."""
+"""Student t 0.975 quantiles by degrees of freedom (beyond 10: the Cornish-Fisher expansion in `_t975`)."""
+
+
+def _t975(df: float) -> float:
+    """Student t 0.975 quantile: the table to 10 degrees of freedom (a fractional df rounds down, the wider
+    interval), the Cornish-Fisher expansion beyond."""
+    if df < 1:
+        return math.nan
+    if df <= 10:
+        return T975[int(df)]
+    return Z95 + (Z95 ** 3 + Z95) / (4 * df) + (5 * Z95 ** 5 + 16 * Z95 ** 3 + 3 * Z95) / (96 * df * df)
 
 
 def seed_interval(values: Sequence[float]) -> tuple[float, float]:
@@ -60,9 +70,23 @@ def seed_interval(values: Sequence[float]) -> tuple[float, float]:
     n = len(values)
     if n < 2:
         return (math.nan, math.nan)
-    df, mean, sd = n - 1, statistics.mean(values), statistics.stdev(values)
-    t = T975.get(df) or Z95 + (Z95 ** 3 + Z95) / (4 * df) + (5 * Z95 ** 5 + 16 * Z95 ** 3 + 3 * Z95) / (96 * df * df)
+    mean, sd = statistics.mean(values), statistics.stdev(values)
+    t = _t975(n - 1)
     return (mean - t * sd / math.sqrt(n), mean + t * sd / math.sqrt(n))
+
+
+def difference_interval(a: Sequence[float], b: Sequence[float]) -> tuple[float, tuple[float, float]]:
+    """mean(a) - mean(b) over two sets of independent runs (say, two trainers' seeds) and its Welch 95%
+    interval (unequal variances, Welch-Satterthwaite degrees of freedom). Each set needs two runs."""
+    if len(a) < 2 or len(b) < 2:
+        return statistics.mean(a) - statistics.mean(b) if a and b else math.nan, (math.nan, math.nan)
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    diff, se = statistics.mean(a) - statistics.mean(b), math.sqrt(va + vb)
+    if se == 0:
+        return diff, (diff, diff)
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    t = _t975(df)
+    return diff, (diff - t * se, diff + t * se)
 
 
 def is_gain(interval: tuple[float, float]) -> bool:

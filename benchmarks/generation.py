@@ -29,6 +29,9 @@ def main():
     ap.add_argument("--size", default="4m")
     ap.add_argument("--arch", default="llama", choices=("llama", "qwen2"))
     ap.add_argument("--vocab-size", type=int, help="model vocabulary (default: the tokenizer's 512)")
+    ap.add_argument("--kv-heads", type=int,
+                    help="key/value heads (grouped-query attention; default: the size's, 8 of 8 for 30m): fewer "
+                         "heads, a smaller cache for each decode step to read")
     ap.add_argument("--prompts", type=int, default=2)
     ap.add_argument("--n", type=int, default=8)
     ap.add_argument("--max-new", type=int, nargs="+", default=[64], help="one or more generation lengths")
@@ -52,7 +55,7 @@ def main():
     from aha.models.tiny import make_tiny
     from transformers import AutoModelForCausalLM, AutoTokenizer
     texts = [f"{i} plus {i * 7} is {i * 8}" for i in range(500)]
-    overrides = {"vocab_size": a.vocab_size} if a.vocab_size else None
+    overrides = {k: v for k, v in (("vocab_size", a.vocab_size), ("num_key_value_heads", a.kv_heads)) if v} or None
     d = make_tiny(tempfile.mkdtemp() + "/m", texts, size=a.size, arch=a.arch, overrides=overrides)
     tok = AutoTokenizer.from_pretrained(d)
     model = AutoModelForCausalLM.from_pretrained(d, dtype=getattr(torch, a.dtype)).to(a.device).eval()
@@ -104,7 +107,8 @@ def main():
                 continue
             results.append({"engine": name, "max_new": max_new, "median_tokens_per_s": statistics.median(rates),
                             "rates": rates, "mean_len": statistics.fmean(tokens) / (a.prompts * a.n)})
-            print(f"{name:9s} {a.device} threads={a.threads} size={a.size} {a.dtype} B={a.prompts} G={a.n} "
+            print(f"{name:9s} {a.device} threads={a.threads} size={a.size}"
+                  f"{f' kv_heads={a.kv_heads}' if a.kv_heads else ''} {a.dtype} B={a.prompts} G={a.n} "
                   f"max_new={max_new}{' autocast-bf16' if a.autocast else ''}: median "
                   f"{statistics.median(rates):,.0f} tokens/s over {a.repeats} runs (mean length "
                   f"{results[-1]['mean_len']:.0f})", flush=True)

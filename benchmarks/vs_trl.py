@@ -59,6 +59,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+from aha.stats import difference_interval, verdict  # noqa: E402
 
 SIZES = ("4m", "30m", "qwen2-0.5b")
 QWEN2_VOCAB = 151936
@@ -497,7 +498,8 @@ def main(argv=None) -> None:
     p.add_argument("--sizes", nargs="+", default=list(SIZES), choices=SIZES)
     p.add_argument("--steps", type=int, default=6, help="steps per timing run: 1 warm-up + the rest timed")
     p.add_argument("--rounds", type=int, default=3,
-                   help="timing runs per framework and size, alternating aha/TRL; the median run is reported")
+                   help="timing runs per framework and size, alternating aha/TRL; the median run is reported "
+                        "(0: no timing runs, e.g. for curves alone)")
     p.add_argument("--lr", type=float, default=1e-5, help="learning rate of the timing runs (both frameworks)")
     p.add_argument("--curve-steps", type=int, default=30, help="steps of the learning-curve runs (0: skip)")
     p.add_argument("--curve-sizes", nargs="+", choices=SIZES,
@@ -533,7 +535,7 @@ def main(argv=None) -> None:
     BF16, WORKER_TIMEOUT_S, DEVICE = args.bf16, args.worker_timeout, args.device
     if args.worker:
         return worker(args)
-    if args.steps < 2:
+    if args.rounds > 0 and args.steps < 2:
         p.error("--steps must be at least 2 (one warm-up step plus timed steps)")
     frameworks = ["aha", "trl"] if args.only == "both" else [args.only]
     if "trl" in frameworks:
@@ -551,7 +553,7 @@ def main(argv=None) -> None:
                            "temperature": 1.0, "top_p": 1.0, "top_k": 0, "lr": args.lr, "threads": args.threads,
                            "seed": args.seed, "steps": args.steps, "warmup_steps_discarded": 1,
                            "dtype": "float32", "bf16_mixed_precision_timing": BF16, "device": DEVICE, **ADAM},
-              "models": {}, "timing": {}, "curves": {}}
+              "models": {}, "timing": {}, "curves": {}, "curve_difference": {}}
     curve_sizes = (args.curve_sizes or [min(args.sizes, key=SIZES.index)]) if args.curve_steps > 0 else []
     with tempfile.TemporaryDirectory(prefix="aha_vs_trl_") as tmp_name:
         tmp = Path(tmp_name)
@@ -562,7 +564,7 @@ def main(argv=None) -> None:
             report["models"][size] = {k: v for k, v in info.items() if k != "path"}
             print(f"[model] {size}: {info['params']:,} parameters, vocab {info['vocab_size']}", flush=True)
 
-        for size in args.sizes:
+        for size in args.sizes if args.rounds > 0 else []:
             report["timing"][size] = t = {}
             runs: dict[str, list[dict]] = {fw: [] for fw in frameworks}
             for r in range(args.rounds):  # alternating, so slow spells of a shared machine hit both
@@ -623,6 +625,10 @@ def main(argv=None) -> None:
                 report["curves"][size][fw] = c
                 print(f"        reward first-5 mean {c['first5_mean']:.3f}, last-10 mean {c['last10_mean']:.3f}",
                       flush=True)
+            per_fw = report["curves"][size]
+            if len(per_fw) == 2:  # the two trainers' seeds are independent runs: Welch interval of the difference
+                diff, ci = difference_interval(per_fw["aha"]["last10_per_seed"], per_fw["trl"]["last10_per_seed"])
+                report["curve_difference"][size] = {"last10_aha_minus_trl": diff, "ci95": ci, "verdict": verdict(ci)}
     report["loadavg_end"] = os.getloadavg()
 
     (out / "vs_trl.json").write_text(json.dumps(report, indent=1))
@@ -661,6 +667,10 @@ def print_table(report: dict) -> None:
                  + (f", seed se {c['last10_seed_se']:.3f}" if "last10_seed_se" in c else "") + ")"
                  for fw, c in per_fw.items()]
         print(f"reward curve {size} (first-5 mean -> last-10 mean): " + "; ".join(parts))
+        d = report.get("curve_difference", {}).get(size)
+        if d:
+            print(f"  last-10 mean, aha - TRL over seeds: {d['last10_aha_minus_trl']:+.3f}, 95% interval [{d['ci95'][0]:+.3f}, "
+                  f"{d['ci95'][1]:+.3f}] ({'within noise' if d['verdict'] == '=' else 'outside noise: ' + d['verdict']})")
 
 
 if __name__ == "__main__":

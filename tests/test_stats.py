@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from aha.stats import bootstrap, is_gain, paired_gain, seed_interval, verdict, wilson
+from aha.stats import bootstrap, difference_interval, is_gain, paired_gain, seed_interval, verdict, wilson
 
 
 def test_wilson_by_hand():
@@ -52,3 +52,13 @@ def test_seed_interval_by_hand():
     lo, hi = seed_interval([0.0, 2.0] * 6)
     assert hi - 1 == pytest.approx(2.201 * math.sqrt(12 / 11) / math.sqrt(12), abs=1e-3) and lo == pytest.approx(2 - hi)
     assert all(math.isnan(x) for x in seed_interval([5.0]))
+
+
+def test_difference_interval_by_hand():
+    # a = 2, 4, 6: mean 4, variance 4 -> 4/3 per mean; b = 1, 1, 1, 5: mean 2, variance 4 -> 1 per mean.
+    # se = sqrt(7/3) = 1.5275; Welch df = (7/3)^2 / ((4/3)^2 / 2 + 1 / 3) = 4.45 -> 4, t = 2.776
+    diff, (lo, hi) = difference_interval([2.0, 4.0, 6.0], [1.0, 1.0, 1.0, 5.0])
+    assert diff == 2.0
+    assert (round(lo, 3), round(hi, 3)) == (round(2 - 2.776 * math.sqrt(7 / 3), 3), round(2 + 2.776 * math.sqrt(7 / 3), 3))
+    assert verdict(difference_interval([5.0, 5.1, 4.9], [1.0, 1.1, 0.9])[1]) == "gain"  # far apart: outside noise
+    assert all(math.isnan(x) for x in difference_interval([1.0], [2.0, 3.0])[1])

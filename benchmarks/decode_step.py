@@ -33,11 +33,12 @@ def main():
     ap.add_argument("--rows", type=int, default=16)
     ap.add_argument("--length", type=int, default=1024)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--kv-heads", type=int, help="key/value heads (default: the size's; fewer: a smaller cache)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     from aha.models.tiny import random_model
     from aha.rollout.hf import LayerCache
-    model = random_model(a.size)
+    model = random_model(a.size, overrides={"num_key_value_heads": a.kv_heads} if a.kv_heads else None)
     x = torch.randn(64 * 2**20)
     x.sum()
     t = time.perf_counter()

@@ -55,8 +55,8 @@ T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8
 
 
 def _t975(df: float) -> float:
-    """Student t 0.975 quantile: the table to 10 degrees of freedom (a fractional df rounds down, the wider
-    interval), the Cornish-Fisher expansion beyond."""
+    """Student t 0.975 quantile: the table up to 10 degrees of freedom (a fractional df there rounds down, the
+    wider interval), the Cornish-Fisher expansion above."""
     if df < 1:
         return math.nan
     if df <= 10:

@@ -6,6 +6,8 @@ peak RSS, fraction of zero-std groups, and the mean-reward curves of both from t
                                                # same-batch check, 30-step 4m curves x 3 seeds
     .venv/bin/python benchmarks/vs_trl.py --curve-sizes 4m 30m               # curves for both sizes (slower)
     .venv/bin/python benchmarks/vs_trl.py --sizes 4m --curve-steps 0 --check-steps 0 --only aha   # aha timing only
+    .venv/bin/python benchmarks/vs_trl.py --sizes 4m --rounds 0 --curve-seeds 5 --check-steps 0 \
+        --max-completion-length 512 --micro-batch-tokens 768     # curves alone at reasoning length, 5 seeds each
     python benchmarks/vs_trl.py --device cuda --sizes qwen2-0.5b --bf16 --curve-steps 0 --check-steps 0 \
         --max-completion-length 512                # on a GPU: Qwen2-0.5B's shape (see benchmarks/gpu.sh)
 
@@ -14,7 +16,8 @@ times several-fold (with 2 threads on 2 busy cores, 10x was seen), and not equal
 Each size is timed in --rounds alternating aha/TRL runs and the median run is reported with every round's
 figure, so one slow spell shows up as an outlier instead of deciding the ratio.
 Seed-to-seed spread of the reward curves is large (sd of the last-10-step mean ~0.05-0.07 at 4m, lr 1e-3), so
-compare curves over several seeds; the same-batch check below is the exact comparison.
+compare curves over several seeds: the summary gives aha - TRL on the last-10 mean with a Welch 95% interval over
+the seeds (`aha.stats.difference_interval`). The same-batch check below is the exact comparison.
 
 Both trainers load one model directory built here (random weights, BPE tokenizer trained on the synthetic
 corpus), see the same plain-string prompts (no chat template), and are scored by one graded reward (the share

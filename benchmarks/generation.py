@@ -18,7 +18,6 @@ import argparse
 import contextlib
 import json
 import statistics
-import tempfile
 import time
 
 import torch
@@ -52,11 +51,10 @@ def main():
     torch.set_num_threads(a.threads)
     from aha.models import eos_ids
     from aha.rollout import HFEngine, SamplingParams
-    from aha.models.tiny import make_tiny
+    from aha.models.tiny import random_model_dir
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    texts = [f"{i} plus {i * 7} is {i * 8}" for i in range(500)]
     overrides = {k: v for k, v in (("vocab_size", a.vocab_size), ("num_key_value_heads", a.kv_heads)) if v} or None
-    d = make_tiny(tempfile.mkdtemp() + "/m", texts, size=a.size, arch=a.arch, overrides=overrides)
+    d = random_model_dir(a.size, a.arch, overrides)
     tok = AutoTokenizer.from_pretrained(d)
     model = AutoModelForCausalLM.from_pretrained(d, dtype=getattr(torch, a.dtype)).to(a.device).eval()
     if a.eos_bias:

@@ -200,12 +200,15 @@ def make_tiny(path: str | os.PathLike, texts: Iterable[str], size: str = "tiny",
     return save_pretrained_dir(model, tokenizer, path)
 
 
-def random_model(size: str, arch: str = "llama", overrides: dict | None = None):
-    """A random model of `size` (config `overrides` applied) as transformers loads it from disk (eval mode), its
-    512-token tokenizer trained on short sums: what the speed benchmarks decode with."""
+def random_model_dir(size: str, arch: str = "llama", overrides: dict | None = None) -> Path:
+    """A new temporary directory holding a random model of `size` (config `overrides` applied) and its 512-token
+    tokenizer trained on short sums: what the speed benchmarks decode with."""
     import tempfile
-
-    from transformers import AutoModelForCausalLM
     texts = [f"{i} plus {i * 7} is {i * 8}" for i in range(500)]
-    return AutoModelForCausalLM.from_pretrained(make_tiny(tempfile.mkdtemp() + "/m", texts, size=size, arch=arch,
-                                                          overrides=overrides)).eval()
+    return make_tiny(tempfile.mkdtemp() + "/m", texts, size=size, arch=arch, overrides=overrides)
+
+
+def random_model(size: str, arch: str = "llama", overrides: dict | None = None):
+    """`random_model_dir`'s model as transformers loads it from disk, in eval mode."""
+    from transformers import AutoModelForCausalLM
+    return AutoModelForCausalLM.from_pretrained(random_model_dir(size, arch, overrides)).eval()

@@ -52,6 +52,7 @@ import os
 import platform
 import random
 import resource
+import signal
 import statistics
 import subprocess
 import sys
@@ -400,7 +401,11 @@ def spawn(framework: str, model_dir: str, steps: int, lr: float, seed: int, thre
                          f"{' '.join(cmd)}") from e
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-8000:])
-        raise SystemExit(f"{framework} worker failed ({proc.returncode}): {' '.join(cmd)}")
+        why = (f"killed by {signal.Signals(-proc.returncode).name}" if proc.returncode < 0
+               else f"exit status {proc.returncode}")
+        if proc.returncode == -signal.SIGKILL:
+            why += " (what the kernel's out-of-memory killer sends: see dmesg)"
+        raise SystemExit(f"{framework} worker failed, {why}: {' '.join(cmd)}")
     out = json.loads(result.read_text())
     out["process_s"] = time.perf_counter() - t0
     if scripted:

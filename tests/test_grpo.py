@@ -307,6 +307,37 @@ def test_lora_uses_the_base_as_reference_and_saves_a_plain_model(tiny_dir, tmp_p
         torch.testing.assert_close(merged_logits, t.model(ids).logits, rtol=1e-4, atol=1e-4)
 
 
+def test_weight_interpolation_ends_between_the_start_and_the_trained_weights(tiny_dir, tmp_path):
+    import json
+    from transformers import AutoModelForCausalLM
+    start = params(AutoModelForCausalLM.from_pretrained(tiny_dir))
+    TIED = "model.embed_tokens.weight"  # the head's weight too: interpolated once, not twice
+    t = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], train_dataset=PROMPTS,
+                    args=args(tmp_path, weight_interpolation=0.25, eval_steps=2),
+                    eval_fn=lambda model, tok: {"head_sum": float(model.lm_head.weight.detach().sum())})
+    t.train()
+    trained = torch.load(tmp_path / "run" / "checkpoint-2" / "trainable.pt")  # the checkpoint keeps them as trained
+    end = params(t.model)
+    assert end.keys() == trained.keys() == start.keys()
+    for n in start:
+        torch.testing.assert_close(end[n], start[n] + 0.25 * (trained[n] - start[n]), rtol=0, atol=1e-7)
+    moved = [n for n in start if not torch.equal(start[n], trained[n])]
+    assert moved and all(not torch.equal(end[n], trained[n]) for n in moved)
+    logs = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert logs[-2]["eval/head_sum"] == pytest.approx(float(trained[TIED].sum()), rel=1e-6)
+    assert logs[-1]["eval_interpolated/head_sum"] == pytest.approx(float(end[TIED].sum()), rel=1e-6)
+    saved = params(AutoModelForCausalLM.from_pretrained(t.save_model()))
+    assert all(torch.equal(saved[n], end[n]) for n in end)
+
+
+def test_weight_interpolation_is_checked(tiny_dir, tmp_path):
+    from aha.config import ConfigError
+    with pytest.raises(ConfigError, match="weight_interpolation must be in"):
+        args(tmp_path, weight_interpolation=1.5)
+    with pytest.raises(ConfigError, match="weight_interpolation needs full fine-tuning"):
+        args(tmp_path, weight_interpolation=0.5, use_lora=True)
+
+
 def test_datasets_dataset_and_jsonl_path(tiny_dir, tmp_path):
     import json
 

@@ -79,6 +79,10 @@ class TrainConfig:
     """Modules that get adapters; "all-linear" = every linear layer but the output head."""
     save_merged: bool = True
     """With LoRA, save the final model with adapters merged (else save the adapter only)."""
+    weight_interpolation: float = 1.0
+    """When training ends, the weights become start + weight_interpolation x (trained - start), start being the
+    weights training began from (WiSE-FT's weight-space ensemble, WARP's interpolation towards the
+    initialisation): 1 keeps the trained weights, 0.5 the midpoint. Full fine-tuning only."""
     learning_rate: float = 1e-6
     """Peak learning rate of AdamW."""
     weight_decay: float = 0.0
@@ -157,7 +161,11 @@ class TrainConfig:
             "lora_dropout": (lambda v: 0 <= v < 1, "in [0, 1)"),
             "eval_steps": (non_negative, ">= 0"),
             "eval_samples": (non_negative, ">= 0"),
+            "weight_interpolation": (lambda v: 0 <= v <= 1, "in [0, 1] (1: the trained weights)"),
         })
+        if self.use_lora and self.weight_interpolation != 1:
+            raise ConfigError("weight_interpolation needs full fine-tuning: with LoRA the start is the base with "
+                              "adapters whose product, not each factor, would have to be interpolated")
         if self.bf16 and self.fp16:
             raise ConfigError("bf16 and fp16 are both set: choose one mixed precision")
 

@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 import torch
+from torch import Tensor
 
 from ..fileio import atomic_directory
 from .tokens import ensure_pad_token
@@ -126,6 +127,22 @@ def save_model(model, tokenizer, path: str | Path, merge_lora: bool = True) -> P
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
     return path
+
+
+def weight_snapshot(model) -> dict[str, Tensor]:
+    """A CPU copy of every parameter (tied ones once), the start for `interpolate_weights`."""
+    return {name: p.detach().to("cpu", copy=True) for name, p in model.named_parameters()}
+
+
+@torch.no_grad()
+def interpolate_weights(model, start: dict[str, Tensor], alpha: float) -> None:
+    """In place, each parameter p becomes start + alpha x (p - start), in float32 (a tied parameter once)."""
+    params = dict(model.named_parameters())
+    if params.keys() != start.keys():
+        raise ValueError(f"the start weights do not match the model's parameters: "
+                         f"{sorted(params.keys() ^ start.keys())[:5]} ...")
+    for name, p in params.items():
+        p.copy_(torch.lerp(start[name].to(p.device, torch.float32), p.float(), alpha))
 
 
 def setup_model(cfg, model=None, tokenizer=None, peft_config=None):

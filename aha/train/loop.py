@@ -23,7 +23,7 @@ import torch
 from ..config import TrainConfig, save_config
 from ..metrics import append_jsonl, keep_steps_through, make_logger
 from ..fileio import DiskFullError, remove_directory
-from ..models import save_model
+from ..models import interpolate_weights, save_model, weight_snapshot
 from .callbacks import Callbacks
 from .checkpoint import CorruptCheckpointError, list_checkpoints, load_checkpoint, save_checkpoint
 
@@ -259,6 +259,8 @@ class Trainer(abc.ABC):
         self.saved_step: int | None = None  # step of the last checkpoint written or restored
         self.generator = torch.Generator().manual_seed(args.seed)
         self._stop_signal: int | None = None
+        self.start_weights: dict | None = None
+        """With weight_interpolation < 1: the weights training began from (CPU)."""
 
     def autocast(self):
         """The mixed-precision context of the forward passes (bf16/fp16), or a no-op."""
@@ -298,6 +300,8 @@ class Trainer(abc.ABC):
                     self._stop()
                 if last:
                     break
+            if self.start_weights is not None:
+                self._interpolate(logger)
         finally:
             bar.close()
             logger.close()
@@ -314,6 +318,10 @@ class Trainer(abc.ABC):
         if not resume:
             check_fresh(self.run_dir, a.overwrite_output_dir)
         save_config(a, self.run_dir / "config.yaml")
+        if a.weight_interpolation != 1:  # before a resume loads later weights
+            if hasattr(self.model, "peft_config"):
+                raise ValueError("weight_interpolation needs full fine-tuning, not a LoRA (peft) model")
+            self.start_weights = weight_snapshot(self.model)
         if resume:
             self._resume(None if resume is True else Path(resume))
         if a.eval_steps and not self.eval_fn:
@@ -360,6 +368,18 @@ class Trainer(abc.ABC):
             append_jsonl(self.run_dir / HELD_OUT_LOG, [{"step": self.step_count, **a} for a in answers])
         self.callbacks.fire("on_evaluate", self.step_count, self.model, metrics=metrics)
         return metrics
+
+    def _interpolate(self, logger) -> None:
+        """The end of training: the trained weights checkpointed as they are (a resume continues from them),
+        then the model becomes start + weight_interpolation x (trained - start) and is evaluated again
+        (`eval_interpolated/...`, beside the last step's `eval/...` of the trained weights)."""
+        if self.saved_step != self.step_count:
+            self._save()
+        interpolate_weights(self.model, self.start_weights, self.args.weight_interpolation)
+        log.info("weights interpolated: start + %g x (trained - start)", self.args.weight_interpolation)
+        if self.eval_fn and self.args.eval_steps:
+            logger.log(self.step_count, {f"eval_interpolated/{k}": v
+                                         for k, v in self.eval_fn(self.model, self.tokenizer).items()})
 
     def _save(self) -> Path:
         path = self.save_checkpoint()

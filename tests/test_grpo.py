@@ -336,6 +336,13 @@ def test_weight_interpolation_is_checked(tiny_dir, tmp_path):
         args(tmp_path, weight_interpolation=1.5)
     with pytest.raises(ConfigError, match="weight_interpolation needs full fine-tuning"):
         args(tmp_path, weight_interpolation=0.5, use_lora=True)
+    from peft import LoraConfig  # adapters given as an object, not by the config: refused before anything is written
+    t = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], train_dataset=PROMPTS,
+                    args=args(tmp_path, weight_interpolation=0.5),
+                    peft_config=LoraConfig(r=4, target_modules="all-linear", task_type="CAUSAL_LM"))
+    with pytest.raises(ValueError, match="weight_interpolation needs full fine-tuning"):
+        t.train()
+    assert not any((tmp_path / "run").iterdir())
 
 
 def test_datasets_dataset_and_jsonl_path(tiny_dir, tmp_path):

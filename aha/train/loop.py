@@ -313,14 +313,14 @@ class Trainer(abc.ABC):
     def _start(self, resume_from_checkpoint: str | bool | None):
         """Check the run directory, save the config, resume, open the loggers, evaluate step 0."""
         a = self.args
+        if a.weight_interpolation != 1 and hasattr(self.model, "peft_config"):  # before anything is written
+            raise ValueError("weight_interpolation needs full fine-tuning, not a LoRA (peft) model")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         resume = resume_from_checkpoint if resume_from_checkpoint is not None else a.resume
         if not resume:
             check_fresh(self.run_dir, a.overwrite_output_dir)
         save_config(a, self.run_dir / "config.yaml")
         if a.weight_interpolation != 1:  # before a resume loads later weights
-            if hasattr(self.model, "peft_config"):
-                raise ValueError("weight_interpolation needs full fine-tuning, not a LoRA (peft) model")
             self.start_weights = weight_snapshot(self.model)
         if resume:
             self._resume(None if resume is True else Path(resume))
@@ -376,6 +376,7 @@ class Trainer(abc.ABC):
         if self.saved_step != self.step_count:
             self._save()
         interpolate_weights(self.model, self.start_weights, self.args.weight_interpolation)
+        self.start_weights = None  # a copy of the whole model, no longer needed
         log.info("weights interpolated: start + %g x (trained - start)", self.args.weight_interpolation)
         if self.eval_fn and self.args.eval_steps:
             logger.log(self.step_count, {f"eval_interpolated/{k}": v

@@ -58,7 +58,7 @@ def main():
             if s % block == 0:
                 step_ms = (time.perf_counter() - t) / block * 1e3
                 q = torch.randn(m, model.config.num_attention_heads, 1, cache.k[0].shape[-1])
-                k, v = cache.k[0][:, :, :cache.end], cache.v[0][:, :, :cache.end]
+                k, v = cache.k[0][:, :, :cache.end].float(), cache.v[0][:, :, :cache.end].float()
                 attn_ms = attention_ms(q, k, v)
                 bf16_ms = attention_ms(*(x.to(torch.bfloat16) for x in (q, k, v)))
                 mb = 2 * k.numel() * k.element_size() / 1e6

@@ -21,16 +21,14 @@ import sys
 
 import torch
 from torch import Tensor
-from transformers import AttentionInterface
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from ..models.load import cache_arg
 from .base import GroupCallback, Rollout, SamplingParams
 
-CACHE_CHUNK = 256
-"""Key/value columns LayerCache starts with past the prompt and adds at least when full (it grows by half):
-its memory and copies follow the filled length, not max_new_tokens."""
+CACHE_CHUNK = 128
+"""Key/value columns LayerCache starts with past the prompt and adds at least when full (it grows by an eighth):
+its memory, copies and attention reads follow the filled length, not max_new_tokens."""
 COMPACT_FRACTION = 0.125
 """Drop finished rows from the batch once they are this fraction of it (each drop copies the cache)."""
 
@@ -38,22 +36,39 @@ LAYER_CACHE_TYPES = ("llama", "qwen2", "qwen3", "mistral")
 """model_type values whose decoder is embed -> layers(h, mask, rotary) -> norm -> lm_head."""
 
 
-FLOAT32_ATTENTION = "aha_float32_sdpa"
-"""The attention LayerCache gives the model's layers on CPU under bf16 autocast (registered with transformers)."""
+def decode_attention(query: Tensor, key: Tensor, value: Tensor, bias: Tensor, scaling: float) -> Tensor:
+    """One query token against a contiguous cache: softmax(q k^T * scaling + bias) v as two batched matrix
+    products, in the cache's dtype with autocast off. query [m,H,1,D], key/value [m,Hkv,S,D] (a group of H/Hkv
+    query heads shares one key/value head, read once), bias [m,1,1,S]; returns [m,1,H*D] in the query's dtype.
+    On CPU this reads the cache at memory speed where PyTorch's SDPA kernel does not (1.5x faster per decode
+    step at 1,040 positions, benchmarks/decode_step.py)."""
+    m, H, _, D = query.shape
+    with torch.autocast(query.device.type, enabled=False):
+        q = query.reshape(m, key.shape[1], H // key.shape[1], D).to(key.dtype)             # [m,Hkv,g,D]
+        scores = torch.matmul(q, key.transpose(-1, -2)).float().mul_(scaling).add_(bias)    # [m,Hkv,g,S]
+        out = torch.matmul(scores.softmax(-1).to(value.dtype), value)                       # [m,Hkv,g,D]
+    return out.reshape(m, 1, H * D).to(query.dtype)
 
 
-def float32_attention(module, query: Tensor, key: Tensor, value: Tensor, attention_mask, **kwargs):
-    """transformers' SDPA attention in float32 with autocast off, the output back in the query's dtype. On CPU,
-    PyTorch's bfloat16 attention is slower than its float32 one (3.3x per layer at 1,040 positions on an
-    AVX512-BF16 CPU, benchmarks/decode_step.py), and autocast would recast the whole float32 cache to bfloat16
-    every step; the weight matmuls around it stay in bfloat16."""
-    with torch.autocast("cpu", enabled=False):
-        out, weights = sdpa_attention_forward(module, query.float(), key.float(), value.float(), attention_mask,
-                                              **kwargs)
-    return out.to(query.dtype), weights
-
-
-AttentionInterface.register(FLOAT32_ATTENTION, float32_attention)
+def packed_weights(lm) -> dict:
+    """{Linear: its weight in oneDNN's blocked layout} for every plain Linear in lm's decoder layers and its head,
+    on CPU (else {}). A decode step's products have a few rows against the whole weight; PyTorch's Linear
+    (MKL) repacks the weight on every call, a prepacked one is read as it is: 1.5-3x faster per product at
+    16 rows and more at fewer (benchmarks/packed_linear.py). In bfloat16 under CPU autocast, as Linear would
+    compute there. A copy of the weights, made per generate call, so it always matches the policy."""
+    if next(lm.parameters()).device.type != "cpu" or not torch.backends.mkldnn.is_available():
+        return {}
+    dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None
+    names = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
+             "mlp.up_proj", "mlp.down_proj")
+    mods = [layer.get_submodule(name) for layer in lm.get_decoder().layers for name in names] + [lm.lm_head]
+    out = {}
+    for mod in (m for m in mods if type(m) is torch.nn.Linear):  # not a LoRA wrapper: it runs itself
+        w = mod.weight.detach().to(dtype or mod.weight.dtype)
+        if w.dtype in (torch.float32, torch.bfloat16):
+            b = None if mod.bias is None else mod.bias.detach().to(w.dtype)
+            out[mod] = (torch.ops.mkldnn._reorder_linear_weight(w, 16), b, w.dtype)
+    return out
 
 
 def sample_tokens(logits: Tensor, params: SamplingParams,
@@ -123,18 +138,21 @@ class LayerCache:
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         cap = L + min(max_new_tokens, chunk)  # grown on demand: memory follows the filled length
         shape = (P, cfg.num_key_value_heads, cap, head_dim)
-        self.k = [param.new_empty(shape) for _ in self.decoder.layers]  # columns >= end are never read
-        self.v = [param.new_empty(shape) for _ in self.decoder.layers]
+        self.cpu_kernels = param.device.type == "cpu"
+        """Decode with prepacked weights (`packed_weights`) and `decode_attention`, the faster kernels on CPU."""
+        autocast = self.cpu_kernels and torch.is_autocast_enabled("cpu")  # keys and values as autocast's attention reads them
+        kv = torch.get_autocast_dtype("cpu") if autocast and param.is_floating_point() else param.dtype
+        self.k = [param.new_zeros(shape, dtype=kv) for _ in self.decoder.layers]  # unwritten columns: 0, masked
+        self.v = [param.new_zeros(shape, dtype=kv) for _ in self.decoder.layers]
         self.end = 0                                                             # filled columns
         self.blocked = torch.finfo(param.dtype).min
-        self.bias = torch.zeros((P, cap), dtype=param.dtype, device=mask.device)  # [m,cap] additive key mask
-        self.bias[:, :L].masked_fill_(~mask.bool(), self.blocked)
+        self.bias = torch.full((P, cap), self.blocked, dtype=param.dtype, device=mask.device)  # [m,cap] additive
+        self.bias[:, :L].masked_fill_(mask.bool(), 0)                           # key mask: 0 = visible
         code = sys.modules[type(self.decoder.layers[0].self_attn).__module__]  # the model's modeling_*.py
         self.rotate = code.apply_rotary_pos_emb
         own = cfg._attn_implementation
-        if param.device.type == "cpu" and torch.is_autocast_enabled("cpu") and own == "sdpa":
-            own = FLOAT32_ATTENTION  # float32 attention on CPU under autocast
         self.attend = code.eager_attention_forward if own == "eager" else ALL_ATTENTION_FUNCTIONS[own]
+        self.packed = packed_weights(self.lm) if self.cpu_kernels else {}
 
     @staticmethod
     def supports(model, total_len: int) -> bool:
@@ -149,18 +167,26 @@ class LayerCache:
                 and hasattr(lm.get_decoder(), "rotary_emb"))
 
     def update(self, k: Tensor, v: Tensor, layer: int, *args, **kwargs) -> tuple[Tensor, Tensor]:
+        """Writes the new columns; a decode step (one column) attends over the whole buffers (contiguous, so the
+        attention kernel reads them in place; unwritten columns are zeros and masked), a prefill over the
+        filled part."""
         end = self.end + k.shape[2]  # forward() made room for these columns
         self.k[layer][:, :, self.end:end] = k
         self.v[layer][:, :, self.end:end] = v
+        if k.shape[2] == 1:
+            return self.k[layer], self.v[layer]
         return self.k[layer][:, :, :end], self.v[layer][:, :, :end]
 
     def forward(self, ids: Tensor, pos: Tensor) -> Tensor:
         q, end = ids.shape[1], self.end + ids.shape[1]
         if end > self.bias.shape[1]:
             cap = self.bias.shape[1]
-            self._resize(len(ids), max(end, cap + max(CACHE_CHUNK, cap // 2)))  # geometric: O(filled) copies in all
-        bias = self.bias[:, None, None, :end]                                    # [m,1,1,S]
-        if q > 1:  # prefill: causal too; a padding query sees itself, so no row is all -inf
+            self._resize(len(ids), max(end, cap + max(CACHE_CHUNK, cap // 8)))  # O(8 x filled) copies in all
+        if q == 1:  # decode: the new column is visible to every row; attention spans the buffers
+            self.bias[:, self.end] = 0
+            bias = self.bias[:, None, None, :]                                   # [m,1,1,cap]
+        else:  # prefill: causal too; a padding query sees itself, so no row is all -inf
+            bias = self.bias[:, None, None, :end]                                # [m,1,1,S]
             causal = torch.ones(q, end, dtype=torch.bool, device=ids.device).tril(end - q)
             seen = causal & ((bias[:, :, 0] == 0) | torch.eye(q, end, dtype=torch.bool, device=ids.device))
             bias = torch.zeros_like(seen, dtype=bias.dtype).masked_fill(~seen, self.blocked)[:, None]
@@ -174,20 +200,35 @@ class LayerCache:
         cos, sin = self.decoder.rotary_emb(h, pos)
         for i, layer in enumerate(self.decoder.layers):
             h = h + self._attention(layer.self_attn, layer.input_layernorm(h), cos, sin, bias, i)
-            h = h + layer.mlp(layer.post_attention_layernorm(h))
-        return self.lm.lm_head(self.decoder.norm(h[:, -1])).float()
+            h = h + self._mlp(layer.mlp, layer.post_attention_layernorm(h))
+        return self._linear(self.lm.lm_head, self.decoder.norm(h[:, -1])).float()
+
+    def _linear(self, mod, x: Tensor) -> Tensor:
+        """mod(x), from its prepacked weight where there is one."""
+        if mod not in self.packed:
+            return mod(x)
+        w, b, dtype = self.packed[mod]
+        return torch.ops.mkldnn._linear_pointwise(x.to(dtype), w, b, "none", [], "")
+
+    def _mlp(self, mlp, x: Tensor) -> Tensor:
+        """The Llama-layout MLP, down(act(gate(x)) * up(x)), through `_linear`."""
+        if not all(p in self.packed for p in (mlp.gate_proj, mlp.up_proj, mlp.down_proj)):
+            return mlp(x)
+        return self._linear(mlp.down_proj, mlp.act_fn(self._linear(mlp.gate_proj, x)) * self._linear(mlp.up_proj, x))
 
     def _attention(self, attn, x: Tensor, cos: Tensor, sin: Tensor, bias: Tensor, layer: int) -> Tensor:
         """The attention block of one layer on normed input x [m,q,d], as the model's attention module runs it
         (Qwen3's per-head q/k norms included), keys and values through this cache."""
         heads = (*x.shape[:-1], -1, attn.head_dim)                               # [m,q,H,D]
-        q, k, v = attn.q_proj(x).view(heads), attn.k_proj(x).view(heads), attn.v_proj(x).view(heads)
+        q, k, v = (self._linear(p, x).view(heads) for p in (attn.q_proj, attn.k_proj, attn.v_proj))
         if hasattr(attn, "q_norm"):
             q, k = attn.q_norm(q), attn.k_norm(k)
         q, k = self.rotate(q.transpose(1, 2), k.transpose(1, 2), cos, sin)    # [m,H,q,D]
         k, v = self.update(k, v.transpose(1, 2), layer)
+        if self.cpu_kernels and q.shape[2] == 1:
+            return self._linear(attn.o_proj, decode_attention(q, k, v, bias, attn.scaling))
         out, _ = self.attend(attn, q, k, v, bias, dropout=0.0, scaling=attn.scaling)
-        return attn.o_proj(out.reshape(*x.shape[:-1], -1))
+        return self._linear(attn.o_proj, out.reshape(*x.shape[:-1], -1))
 
     def repeat(self, n: int) -> None:
         self._resize(len(self.bias) * n, self.bias.shape[1], lambda x: x.repeat_interleave(n, 0))
@@ -201,11 +242,11 @@ class LayerCache:
         end = self.end
 
         def kv(x: Tensor) -> Tensor:                                             # [m,H,cap,D]
-            out = x.new_empty((m, x.shape[1], cap, x.shape[3]))
+            out = x.new_zeros((m, x.shape[1], cap, x.shape[3]))
             out[:, :, :end] = rows(x[:, :, :end])
             return out
 
-        bias = self.bias.new_zeros((m, cap))                                     # [m,cap]; 0 = visible once written
+        bias = self.bias.new_full((m, cap), self.blocked)                        # [m,cap]
         bias[:, :end] = rows(self.bias[:, :end])
         self.k, self.v, self.bias = [kv(x) for x in self.k], [kv(x) for x in self.v], bias
 

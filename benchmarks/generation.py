@@ -65,10 +65,26 @@ def main():
     engines = {graphs: HFEngine(model, eos_ids(model, tok), tok.pad_token_id, layer_cache=a.cache == "layer",
                                 cuda_graphs=graphs) for graphs in (True, False)}
 
+    cfg = model.config
+    weights = 2 * sum(p.numel() for n, p in model.named_parameters() if "embed_tokens" not in n)
+    if cfg.tie_word_embeddings:
+        weights += 2 * model.lm_head.weight.numel()  # the head's product, its weight counted once as the embedding
+    per_position = 4 * cfg.num_attention_heads * (getattr(cfg, "head_dim", None) or cfg.hidden_size
+                                                   // cfg.num_attention_heads) * cfg.num_hidden_layers
+
+    def useful_flops(lengths) -> float:
+        """Weight products plus attention over the positions each generated token sees (its prompt and the
+        tokens before it, itself included): what a token costs in arithmetic, growing with its position."""
+        total = 0
+        for i, n in enumerate(lengths):
+            first = len(prompts[i // a.n]) + 1                                    # positions the first token sees
+            total += n * weights + per_position * (n * first + n * (n - 1) // 2)
+        return total
+
     def run_aha(seed, max_new, graphs=True):
         out = engines[graphs].generate(prompts, a.n, SamplingParams(1.0, 1.0, 0, max_new),
                                        torch.Generator().manual_seed(seed))
-        return sum(map(len, out.completion_ids))
+        return [len(c) for c in out.completion_ids]
 
     def run_hf(seed, max_new):
         torch.manual_seed(seed)
@@ -77,7 +93,8 @@ def main():
             out = model.generate(**enc, do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=max_new,
                                  num_return_sequences=a.n, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
         gen = out[:, enc["input_ids"].shape[1]:].cpu()
-        return int(sum(min(int((row == tok.eos_token_id).nonzero()[0]) + 1 if (row == tok.eos_token_id).any() else max_new, max_new) for row in gen))
+        return [min(int((row == tok.eos_token_id).nonzero()[0]) + 1 if (row == tok.eos_token_id).any() else max_new,
+                    max_new) for row in gen]
 
     runs = {"aha": ((f"aha-{a.cache}", run_aha),), "generate": (("generate", run_hf),)}
     if cuda and a.cache == "layer":  # on a GPU aha-layer replays CUDA graphs; aha-eager is the same without them
@@ -89,27 +106,30 @@ def main():
             try:
                 with context:
                     fn(0, a.warmup_new or max_new)  # warm-up
-                    rates, tokens = [], []
+                    rates, tokens, flops = [], [], []
                     for r in range(a.repeats):
                         if cuda:
                             torch.cuda.synchronize()
                         t = time.perf_counter()
-                        n_tok = fn(r + 1, max_new)
+                        lengths = fn(r + 1, max_new)
                         if cuda:
                             torch.cuda.synchronize()
-                        rates.append(n_tok / (time.perf_counter() - t))
-                        tokens.append(n_tok)
+                        seconds = time.perf_counter() - t
+                        rates.append(sum(lengths) / seconds)
+                        tokens.append(sum(lengths))
+                        flops.append(useful_flops(lengths) / seconds)
             except Exception as e:  # noqa: BLE001 - one engine failing must not hide the others' figures
                 print(f"{name} max_new={max_new} FAILED: {type(e).__name__}: {e}", flush=True)
                 results.append({"engine": name, "max_new": max_new, "error": f"{type(e).__name__}: {e}"})
                 continue
             results.append({"engine": name, "max_new": max_new, "median_tokens_per_s": statistics.median(rates),
-                            "rates": rates, "mean_len": statistics.fmean(tokens) / (a.prompts * a.n)})
+                            "rates": rates, "mean_len": statistics.fmean(tokens) / (a.prompts * a.n),
+                            "median_useful_gflops": statistics.median(flops) / 1e9})
             print(f"{name:9s} {a.device} threads={a.threads} size={a.size}"
                   f"{f' kv_heads={a.kv_heads}' if a.kv_heads else ''} {a.dtype} B={a.prompts} G={a.n} "
                   f"max_new={max_new}{' autocast-bf16' if a.autocast else ''}: median "
                   f"{statistics.median(rates):,.0f} tokens/s over {a.repeats} runs (mean length "
-                  f"{results[-1]['mean_len']:.0f})", flush=True)
+                  f"{results[-1]['mean_len']:.0f}; {statistics.median(flops) / 1e9:.1f} useful GFLOP/s)", flush=True)
     if a.json:
         settings = {k: v for k, v in vars(a).items() if k != "json"}
         if cuda:

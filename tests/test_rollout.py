@@ -213,9 +213,9 @@ def test_cpu_autocast_decodes_from_a_bf16_cache_with_bf16_products(tok):
         cache = engine_module.LayerCache(model, mask, T)
     plain = engine_module.LayerCache(model, mask, T)
     assert {cache.k[0].dtype, cache.v[0].dtype} == {torch.bfloat16} and plain.k[0].dtype == torch.float32
-    linears = 7 * model.config.num_hidden_layers + 1
-    assert len(cache.packed) == linears and {d for _, _, d in cache.packed.values()} == {torch.bfloat16}
-    assert len(plain.packed) == linears and {d for _, _, d in plain.packed.values()} == {torch.float32}
+    products = 4 * model.config.num_hidden_layers + 1  # qkv, o, gate/up, down; the head
+    assert len(cache.packed) == products and {p[2] for p in cache.packed.values()} == {torch.bfloat16}
+    assert len(plain.packed) == products and {p[2] for p in plain.packed.values()} == {torch.float32}
     assert got.completion_ids == [w for w in want for _ in range(2)]
 
 

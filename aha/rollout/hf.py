@@ -8,7 +8,10 @@ Three caches behind one interface. `LayerCache` serves decoders with the Llama l
 Qwen3, Mistral, SmolLM2): it runs the model's own modules (norms, projections, MLPs, rotary and attention
 functions) wired as the decoder layer wires them, with keys and values written in place into buffers
 allocated once, so a decode step copies one column, not the whole cache, and the rotary tables and
-attention mask are not rebuilt by the model each step. `GraphCache` is the same
+attention mask are not rebuilt by the model each step; on CPU its decode step multiplies by weights prepacked
+for oneDNN and runs attention as two batched products over contiguous buffers (`packed_weights`,
+`decode_attention`: 1.2-1.6x faster steps than with the model's own Linear and SDPA, benchmarks/decode_step.py), with keys
+and values in bf16 under bf16 autocast, as autocast's attention reads them. `GraphCache` is the same
 on a GPU with static shapes, each decode step replayed from a CUDA graph (a small batch's step is
 otherwise bound by launching dozens of small kernels per layer). `HFCache` serves every other causal LM
 through `model(...)` and transformers' growing DynamicCache.
@@ -20,6 +23,7 @@ import os
 import sys
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
@@ -38,10 +42,10 @@ LAYER_CACHE_TYPES = ("llama", "qwen2", "qwen3", "mistral")
 
 def decode_attention(query: Tensor, key: Tensor, value: Tensor, bias: Tensor, scaling: float) -> Tensor:
     """One query token against a contiguous cache: softmax(q k^T * scaling + bias) v as two batched matrix
-    products, in the cache's dtype with autocast off. query [m,H,1,D], key/value [m,Hkv,S,D] (a group of H/Hkv
-    query heads shares one key/value head, read once), bias [m,1,1,S]; returns [m,1,H*D] in the query's dtype.
-    On CPU this reads the cache at memory speed where PyTorch's SDPA kernel does not (1.5x faster per decode
-    step at 1,040 positions, benchmarks/decode_step.py)."""
+    products in the cache's dtype (the softmax in float32), autocast off. query [m,H,1,D], key/value [m,Hkv,S,D]
+    (a group of H/Hkv query heads shares one key/value head, read once), bias [m,1,1,S]; returns [m,1,H*D] in the
+    query's dtype. On CPU the batched products read a contiguous cache faster than PyTorch's SDPA kernel for one
+    query, and in bfloat16 several times faster (benchmarks/decode_step.py)."""
     m, H, _, D = query.shape
     with torch.autocast(query.device.type, enabled=False):
         q = query.reshape(m, key.shape[1], H // key.shape[1], D).to(key.dtype)             # [m,Hkv,g,D]
@@ -51,23 +55,31 @@ def decode_attention(query: Tensor, key: Tensor, value: Tensor, bias: Tensor, sc
 
 
 def packed_weights(lm) -> dict:
-    """{Linear: its weight in oneDNN's blocked layout} for every plain Linear in lm's decoder layers and its head,
-    on CPU (else {}). A decode step's products have a few rows against the whole weight; PyTorch's Linear
-    (MKL) repacks the weight on every call, a prepacked one is read as it is: 1.5-3x faster per product at
-    16 rows and more at fewer (benchmarks/packed_linear.py). In bfloat16 under CPU autocast, as Linear would
-    compute there. A copy of the weights, made per generate call, so it always matches the policy."""
+    """{(Linear, ...): their weights side by side in oneDNN's blocked layout} for the products of a decode step
+    (each layer's q/k/v projections as one product, o, gate/up as one, down; the head), on CPU (else {}). A
+    decode step multiplies a few rows by each whole weight; oneDNN's Linear on a weight packed once runs those
+    products up to 2x faster at 16 rows and up to 3x at 4 than PyTorch's Linear (MKL), whose small-batch path
+    repacks the weight on every call (benchmarks/packed_linear.py), and fusing them halves the calls. In bfloat16
+    under CPU autocast, as autocast's Linear computes. A copy of those weights for each generate call (one more
+    copy of the model while it decodes), so it always matches the policy. A group with a module that is not a
+    plain Linear (a LoRA wrapper) is left out: its modules run themselves."""
     if next(lm.parameters()).device.type != "cpu" or not torch.backends.mkldnn.is_available():
         return {}
     dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None
-    names = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
-             "mlp.up_proj", "mlp.down_proj")
-    mods = [layer.get_submodule(name) for layer in lm.get_decoder().layers for name in names] + [lm.lm_head]
+    groups = [(lm.lm_head,)]
+    for layer in lm.get_decoder().layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        groups += [(attn.q_proj, attn.k_proj, attn.v_proj), (attn.o_proj,), (mlp.gate_proj, mlp.up_proj),
+                   (mlp.down_proj,)]
     out = {}
-    for mod in (m for m in mods if type(m) is torch.nn.Linear):  # not a LoRA wrapper: it runs itself
-        w = mod.weight.detach().to(dtype or mod.weight.dtype)
-        if w.dtype in (torch.float32, torch.bfloat16):
-            b = None if mod.bias is None else mod.bias.detach().to(w.dtype)
-            out[mod] = (torch.ops.mkldnn._reorder_linear_weight(w, 16), b, w.dtype)
+    for group in groups:
+        if any(type(m) is not torch.nn.Linear for m in group):
+            continue
+        w = torch.cat([m.weight.detach() for m in group]).to(dtype or group[0].weight.dtype)
+        if w.dtype not in (torch.float32, torch.bfloat16):
+            continue
+        b = None if group[0].bias is None else torch.cat([m.bias.detach() for m in group]).to(w.dtype)
+        out[group] = (torch.ops.mkldnn._reorder_linear_weight(w, 16), b, w.dtype, [m.out_features for m in group])
     return out
 
 
@@ -121,10 +133,11 @@ class LayerCache:
     """Llama-layout decoders: the model's modules, keys and values written into preallocated buffers.
 
     Each layer is `h + attention(norm(h))`, then `h + mlp(norm(h))`, as the model's decoder layer computes it
-    (the same modules and functions in the same order, so the same numbers: tests/test_rollout.py compares
-    them exactly), without the layer's per-call keyword plumbing: on CPU 1.12-1.15x the tokens/s for a 4M
-    model, nothing measurable for a 30M one (0.99-1.01x; benchmarks/layer_wiring.py). `update(k, v, layer)`
-    writes the new columns in place and returns views of the filled part. The mask is additive, [m,1,q,S].
+    (the same modules and functions in the same order, so with the model's own Linear and attention the same
+    numbers: tests/test_rollout.py compares them exactly), without the layer's per-call keyword plumbing: on CPU
+    1.12-1.15x the tokens/s for a 4M model, nothing measurable for a 30M one (0.99-1.01x;
+    benchmarks/layer_wiring.py). `update(k, v, layer)` writes the new columns in place. The mask is additive,
+    [m,1,q,S]; columns not yet written are zeros and masked, so a decode step can attend over whole buffers.
     """
 
     fixed_rows = False
@@ -199,36 +212,44 @@ class LayerCache:
         h = self.decoder.embed_tokens(ids)                                       # [m,q,d]
         cos, sin = self.decoder.rotary_emb(h, pos)
         for i, layer in enumerate(self.decoder.layers):
-            h = h + self._attention(layer.self_attn, layer.input_layernorm(h), cos, sin, bias, i)
-            h = h + self._mlp(layer.mlp, layer.post_attention_layernorm(h))
-        return self._linear(self.lm.lm_head, self.decoder.norm(h[:, -1])).float()
+            h = h + self._attention(layer.self_attn, self._norm(layer.input_layernorm, h), cos, sin, bias, i)
+            h = h + self._mlp(layer.mlp, self._norm(layer.post_attention_layernorm, h))
+        return self._linear(self.lm.lm_head, self._norm(self.decoder.norm, h[:, -1]))[0].float()
 
-    def _linear(self, mod, x: Tensor) -> Tensor:
-        """mod(x), from its prepacked weight where there is one."""
-        if mod not in self.packed:
-            return mod(x)
-        w, b, dtype = self.packed[mod]
-        return torch.ops.mkldnn._linear_pointwise(x.to(dtype), w, b, "none", [], "")
+    def _linear(self, *mods) -> list[Tensor]:
+        """[mod(x) for mod in mods] for x the last argument, as one product where they are prepacked together."""
+        *mods, x = mods
+        if tuple(mods) not in self.packed:
+            return [m(x) for m in mods]
+        w, b, dtype, sizes = self.packed[tuple(mods)]
+        out = torch.ops.mkldnn._linear_pointwise(x.to(dtype), w, b, "none", [], "")
+        return out.split(sizes, -1) if len(mods) > 1 else [out]
+
+    def _norm(self, norm, x: Tensor) -> Tensor:
+        """norm(x); a float32 Llama-layout RMSNorm as one fused call on CPU (the same formula)."""
+        if (self.cpu_kernels and type(norm).__name__.endswith("RMSNorm") and x.dtype == torch.float32
+                and norm.weight.dtype == torch.float32):
+            return F.rms_norm(x, norm.weight.shape, norm.weight, norm.variance_epsilon)
+        return norm(x)
 
     def _mlp(self, mlp, x: Tensor) -> Tensor:
         """The Llama-layout MLP, down(act(gate(x)) * up(x)), through `_linear`."""
-        if not all(p in self.packed for p in (mlp.gate_proj, mlp.up_proj, mlp.down_proj)):
-            return mlp(x)
-        return self._linear(mlp.down_proj, mlp.act_fn(self._linear(mlp.gate_proj, x)) * self._linear(mlp.up_proj, x))
+        gate, up = self._linear(mlp.gate_proj, mlp.up_proj, x)
+        return self._linear(mlp.down_proj, mlp.act_fn(gate) * up)[0]
 
     def _attention(self, attn, x: Tensor, cos: Tensor, sin: Tensor, bias: Tensor, layer: int) -> Tensor:
         """The attention block of one layer on normed input x [m,q,d], as the model's attention module runs it
         (Qwen3's per-head q/k norms included), keys and values through this cache."""
         heads = (*x.shape[:-1], -1, attn.head_dim)                               # [m,q,H,D]
-        q, k, v = (self._linear(p, x).view(heads) for p in (attn.q_proj, attn.k_proj, attn.v_proj))
+        q, k, v = (y.view(heads) for y in self._linear(attn.q_proj, attn.k_proj, attn.v_proj, x))
         if hasattr(attn, "q_norm"):
             q, k = attn.q_norm(q), attn.k_norm(k)
         q, k = self.rotate(q.transpose(1, 2), k.transpose(1, 2), cos, sin)    # [m,H,q,D]
         k, v = self.update(k, v.transpose(1, 2), layer)
         if self.cpu_kernels and q.shape[2] == 1:
-            return self._linear(attn.o_proj, decode_attention(q, k, v, bias, attn.scaling))
+            return self._linear(attn.o_proj, decode_attention(q, k, v, bias, attn.scaling))[0]
         out, _ = self.attend(attn, q, k, v, bias, dropout=0.0, scaling=attn.scaling)
-        return self._linear(attn.o_proj, out.reshape(*x.shape[:-1], -1))
+        return self._linear(attn.o_proj, out.reshape(*x.shape[:-1], -1))[0]
 
     def repeat(self, n: int) -> None:
         self._resize(len(self.bias) * n, self.bias.shape[1], lambda x: x.repeat_interleave(n, 0))

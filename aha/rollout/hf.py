@@ -23,7 +23,6 @@ import os
 import sys
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
@@ -35,6 +34,11 @@ CACHE_CHUNK = 128
 its memory, copies and attention reads follow the filled length, not max_new_tokens."""
 COMPACT_FRACTION = 0.125
 """Drop finished rows from the batch once they are this fraction of it (each drop copies the cache)."""
+
+PACK_MIN_FLOAT32, PACK_MIN_ROWS = 2**18, 4
+"""A float32 product runs from a prepacked weight only for weights of at least 2^18 elements and at least 4 rows:
+below, oneDNN's call costs more than PyTorch's own small-matrix path (benchmarks/packed_linear.py). In bfloat16
+the prepacked product was the faster at every size and row count measured."""
 
 LAYER_CACHE_TYPES = ("llama", "qwen2", "qwen3", "mistral")
 """model_type values whose decoder is embed -> layers(h, mask, rotary) -> norm -> lm_head."""
@@ -76,7 +80,7 @@ def packed_weights(lm) -> dict:
         if any(type(m) is not torch.nn.Linear for m in group):
             continue
         w = torch.cat([m.weight.detach() for m in group]).to(dtype or group[0].weight.dtype)
-        if w.dtype not in (torch.float32, torch.bfloat16):
+        if w.dtype != torch.bfloat16 and (w.dtype != torch.float32 or w.numel() < PACK_MIN_FLOAT32):
             continue
         b = None if group[0].bias is None else torch.cat([m.bias.detach() for m in group]).to(w.dtype)
         out[group] = (torch.ops.mkldnn._reorder_linear_weight(w, 16), b, w.dtype, [m.out_features for m in group])
@@ -212,9 +216,9 @@ class LayerCache:
         h = self.decoder.embed_tokens(ids)                                       # [m,q,d]
         cos, sin = self.decoder.rotary_emb(h, pos)
         for i, layer in enumerate(self.decoder.layers):
-            h = h + self._attention(layer.self_attn, self._norm(layer.input_layernorm, h), cos, sin, bias, i)
-            h = h + self._mlp(layer.mlp, self._norm(layer.post_attention_layernorm, h))
-        return self._linear(self.lm.lm_head, self._norm(self.decoder.norm, h[:, -1]))[0].float()
+            h = h + self._attention(layer.self_attn, layer.input_layernorm(h), cos, sin, bias, i)
+            h = h + self._mlp(layer.mlp, layer.post_attention_layernorm(h))
+        return self._linear(self.lm.lm_head, self.decoder.norm(h[:, -1]))[0].float()
 
     def _linear(self, *mods) -> list[Tensor]:
         """[mod(x) for mod in mods] for x the last argument, as one product where they are prepacked together."""
@@ -222,15 +226,10 @@ class LayerCache:
         if tuple(mods) not in self.packed:
             return [m(x) for m in mods]
         w, b, dtype, sizes = self.packed[tuple(mods)]
+        if dtype == torch.float32 and x.shape[:-1].numel() < PACK_MIN_ROWS:
+            return [m(x) for m in mods]
         out = torch.ops.mkldnn._linear_pointwise(x.to(dtype), w, b, "none", [], "")
         return out.split(sizes, -1) if len(mods) > 1 else [out]
-
-    def _norm(self, norm, x: Tensor) -> Tensor:
-        """norm(x); a float32 Llama-layout RMSNorm as one fused call on CPU (the same formula)."""
-        if (self.cpu_kernels and type(norm).__name__.endswith("RMSNorm") and x.dtype == torch.float32
-                and norm.weight.dtype == torch.float32):
-            return F.rms_norm(x, norm.weight.shape, norm.weight, norm.variance_epsilon)
-        return norm(x)
 
     def _mlp(self, mlp, x: Tensor) -> Tensor:
         """The Llama-layout MLP, down(act(gate(x)) * up(x)), through `_linear`."""

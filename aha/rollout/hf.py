@@ -35,10 +35,11 @@ its memory, copies and attention reads follow the filled length, not max_new_tok
 COMPACT_FRACTION = 0.125
 """Drop finished rows from the batch once they are this fraction of it (each drop copies the cache)."""
 
-PACK_MIN_FLOAT32, PACK_MIN_ROWS = 2**18, 4
-"""A float32 product runs from a prepacked weight only for weights of at least 2^18 elements and at least 4 rows:
-below, oneDNN's call costs more than PyTorch's own small-matrix path (benchmarks/packed_linear.py). In bfloat16
-the prepacked product was the faster at every size and row count measured."""
+PACK_MIN_FLOAT32, PACK_MIN_ROWS = 2**18, 2
+"""A float32 product runs from a prepacked weight only for weights of at least 2^18 elements and 2 rows or more:
+oneDNN's call costs about 18 us however small, and for one row PyTorch's matrix-vector path is the faster
+(benchmarks/packed_linear.py). In bfloat16 the prepacked product was the faster at every size and row count
+measured."""
 
 LAYER_CACHE_TYPES = ("llama", "qwen2", "qwen3", "mistral")
 """model_type values whose decoder is embed -> layers(h, mask, rotary) -> norm -> lm_head."""

@@ -10,7 +10,7 @@ functions) wired as the decoder layer wires them, with keys and values written i
 allocated once, so a decode step copies one column, not the whole cache, and the rotary tables and
 attention mask are not rebuilt by the model each step; on CPU its decode step multiplies by weights prepacked
 for oneDNN and runs attention as two batched products over contiguous buffers (`packed_weights`,
-`decode_attention`: 1.2-1.6x faster steps than with the model's own Linear and SDPA, benchmarks/decode_step.py), with keys
+`decode_attention`: decode steps 1.1-1.7x faster than with the model's own Linear and SDPA, benchmarks/decode_step.py), with keys
 and values in bf16 under bf16 autocast, as autocast's attention reads them. `GraphCache` is the same
 on a GPU with static shapes, each decode step replayed from a CUDA graph (a small batch's step is
 otherwise bound by launching dozens of small kernels per layer). `HFCache` serves every other causal LM

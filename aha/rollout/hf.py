@@ -219,37 +219,36 @@ class LayerCache:
         for i, layer in enumerate(self.decoder.layers):
             h = h + self._attention(layer.self_attn, layer.input_layernorm(h), cos, sin, bias, i)
             h = h + self._mlp(layer.mlp, layer.post_attention_layernorm(h))
-        return self._linear(self.lm.lm_head, self.decoder.norm(h[:, -1]))[0].float()
+        return self._products(self.decoder.norm(h[:, -1]), self.lm.lm_head)[0].float()
 
-    def _linear(self, *mods) -> list[Tensor]:
-        """[mod(x) for mod in mods] for x the last argument, as one product where they are prepacked together."""
-        *mods, x = mods
-        if tuple(mods) not in self.packed:
+    def _products(self, x: Tensor, *mods) -> list[Tensor]:
+        """[mod(x) for mod in mods], as one product where they are prepacked together."""
+        if mods not in self.packed:
             return [m(x) for m in mods]
-        w, b, dtype, sizes = self.packed[tuple(mods)]
+        w, b, dtype, sizes = self.packed[mods]
         if dtype == torch.float32 and x.shape[:-1].numel() < PACK_MIN_ROWS:
             return [m(x) for m in mods]
         out = torch.ops.mkldnn._linear_pointwise(x.to(dtype), w, b, "none", [], "")
         return out.split(sizes, -1) if len(mods) > 1 else [out]
 
     def _mlp(self, mlp, x: Tensor) -> Tensor:
-        """The Llama-layout MLP, down(act(gate(x)) * up(x)), through `_linear`."""
-        gate, up = self._linear(mlp.gate_proj, mlp.up_proj, x)
-        return self._linear(mlp.down_proj, mlp.act_fn(gate) * up)[0]
+        """The Llama-layout MLP, down(act(gate(x)) * up(x)), through `_products`."""
+        gate, up = self._products(x, mlp.gate_proj, mlp.up_proj)
+        return self._products(mlp.act_fn(gate) * up, mlp.down_proj)[0]
 
     def _attention(self, attn, x: Tensor, cos: Tensor, sin: Tensor, bias: Tensor, layer: int) -> Tensor:
         """The attention block of one layer on normed input x [m,q,d], as the model's attention module runs it
         (Qwen3's per-head q/k norms included), keys and values through this cache."""
         heads = (*x.shape[:-1], -1, attn.head_dim)                               # [m,q,H,D]
-        q, k, v = (y.view(heads) for y in self._linear(attn.q_proj, attn.k_proj, attn.v_proj, x))
+        q, k, v = (y.view(heads) for y in self._products(x, attn.q_proj, attn.k_proj, attn.v_proj))
         if hasattr(attn, "q_norm"):
             q, k = attn.q_norm(q), attn.k_norm(k)
         q, k = self.rotate(q.transpose(1, 2), k.transpose(1, 2), cos, sin)    # [m,H,q,D]
         k, v = self.update(k, v.transpose(1, 2), layer)
         if self.cpu_kernels and q.shape[2] == 1:
-            return self._linear(attn.o_proj, decode_attention(q, k, v, bias, attn.scaling))[0]
+            return self._products(decode_attention(q, k, v, bias, attn.scaling), attn.o_proj)[0]
         out, _ = self.attend(attn, q, k, v, bias, dropout=0.0, scaling=attn.scaling)
-        return self._linear(attn.o_proj, out.reshape(*x.shape[:-1], -1))[0]
+        return self._products(out.reshape(*x.shape[:-1], -1), attn.o_proj)[0]
 
     def repeat(self, n: int) -> None:
         self._resize(len(self.bias) * n, self.bias.shape[1], lambda x: x.repeat_interleave(n, 0))

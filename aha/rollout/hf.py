@@ -63,8 +63,8 @@ def packed_weights(lm) -> dict:
     """{(Linear, ...): their weights side by side in oneDNN's blocked layout} for the products of a decode step
     (each layer's q/k/v projections as one product, o, gate/up as one, down; the head), on CPU (else {}). A
     decode step multiplies a few rows by each whole weight; oneDNN's Linear on a weight packed once runs those
-    products up to 2x faster at 16 rows and up to 3x at 4 than PyTorch's Linear (MKL), whose small-batch path
-    repacks the weight on every call (benchmarks/packed_linear.py), and fusing them halves the calls. In bfloat16
+    products up to 2x faster at 16 rows and up to 3x at 4 than PyTorch's Linear (MKL), whose path for a few rows
+    is the slow one here (benchmarks/packed_linear.py), and fusing them makes 4 calls of a layer's 7. In bfloat16
     under CPU autocast, as autocast's Linear computes. A copy of those weights for each generate call (one more
     copy of the model while it decodes), so it always matches the policy. A group with a module that is not a
     plain Linear (a LoRA wrapper) is left out: its modules run themselves."""

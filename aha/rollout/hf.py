@@ -160,12 +160,13 @@ class LayerCache:
         """Decode with prepacked weights (`packed_weights`) and `decode_attention`, the faster kernels on CPU."""
         autocast = self.cpu_kernels and torch.is_autocast_enabled("cpu")  # keys and values as autocast's attention reads them
         kv = torch.get_autocast_dtype("cpu") if autocast and param.is_floating_point() else param.dtype
-        self.k = [param.new_zeros(shape, dtype=kv) for _ in self.decoder.layers]  # unwritten columns: 0, masked
-        self.v = [param.new_zeros(shape, dtype=kv) for _ in self.decoder.layers]
+        self.k = [param.new_empty(shape, dtype=kv) for _ in self.decoder.layers]
+        self.v = [param.new_empty(shape, dtype=kv) for _ in self.decoder.layers]
         self.end = 0                                                             # filled columns
         self.blocked = torch.finfo(param.dtype).min
-        self.bias = torch.full((P, cap), self.blocked, dtype=param.dtype, device=mask.device)  # [m,cap] additive
-        self.bias[:, :L].masked_fill_(mask.bool(), 0)                           # key mask: 0 = visible
+        self.bias = torch.empty((P, cap), dtype=param.dtype, device=mask.device)  # [m,cap] additive key mask
+        self._clear_tail(0)
+        self.bias[:, :L].masked_fill_(mask.bool(), 0)                           # 0 = visible
         code = sys.modules[type(self.decoder.layers[0].self_attn).__module__]  # the model's modeling_*.py
         self.rotate = code.apply_rotary_pos_emb
         own = cfg._attn_implementation
@@ -262,13 +263,21 @@ class LayerCache:
         end = self.end
 
         def kv(x: Tensor) -> Tensor:                                             # [m,H,cap,D]
-            out = x.new_zeros((m, x.shape[1], cap, x.shape[3]))
+            out = x.new_empty((m, x.shape[1], cap, x.shape[3]))
             out[:, :, :end] = rows(x[:, :, :end])
             return out
 
-        bias = self.bias.new_full((m, cap), self.blocked)                        # [m,cap]
+        bias = self.bias.new_empty((m, cap))                                     # [m,cap]
         bias[:, :end] = rows(self.bias[:, :end])
         self.k, self.v, self.bias = [kv(x) for x in self.k], [kv(x) for x in self.v], bias
+        self._clear_tail(end)
+
+    def _clear_tail(self, start: int) -> None:
+        """Columns from `start` on are unwritten and yet attended over by a decode step, so they must be masked
+        and hold no NaN (0 x NaN is NaN)."""
+        self.bias[:, start:] = self.blocked
+        for x in self.k + self.v:
+            x[:, :, start:].zero_()
 
 
 class GraphCache(LayerCache):
@@ -284,7 +293,6 @@ class GraphCache(LayerCache):
 
     def __init__(self, model, mask: Tensor, max_new_tokens: int, capture: bool = True):
         super().__init__(model, mask, max_new_tokens, chunk=max_new_tokens)
-        self._clear_tail(mask.shape[1])  # the prompt's columns are masked by its padding alone
         self.capture = capture
         self.graphs: dict[int, tuple] = {}  # bucket -> (graph, logits it writes)
         self.pool = None                     # one memory pool shared by the graphs
@@ -321,17 +329,6 @@ class GraphCache(LayerCache):
             logits = logits.clone()
         self.end += 1
         return logits
-
-    def _resize(self, m: int, cap: int, rows=lambda x: x) -> None:
-        super()._resize(m, cap, rows)
-        self._clear_tail(self.end)
-
-    def _clear_tail(self, start: int) -> None:
-        """Columns from `start` on are unwritten and yet attended over, so they must be masked and hold no NaN
-        (0 x NaN is NaN)."""
-        self.bias[:, start:] = self.blocked
-        for x in self.k + self.v:
-            x[:, :, start:].zero_()
 
     def _step(self, bucket: int) -> Tensor:
         """One decode step on the static inputs: logits [m,V] of token `tok` at column `column`."""

@@ -42,7 +42,8 @@ def main():
                     help="aha's KV cache: preallocated per-layer buffers, or transformers' DynamicCache")
     ap.add_argument("--eos-bias", type=float, default=0.0,
                     help="add this many mean output-weight rows to EOS's (negative: rows run to the cap)")
-    ap.add_argument("--only", choices=("aha", "generate", "both"), default="both")
+    ap.add_argument("--only", choices=("aha", "generate", "both", "aha-layer", "aha-eager"), default="both",
+                    help="which engines to time (aha-layer / aha-eager: one of aha's two on a GPU)")
     ap.add_argument("--warmup-new", type=int, help="tokens of the untimed warm-up run (default: --max-new)")
     ap.add_argument("--autocast", action="store_true",
                     help="under torch.autocast to bfloat16, as `dtype: auto` trains and samples where bf16 is native")
@@ -102,7 +103,7 @@ def main():
     context = torch.autocast(a.device.split(":")[0], dtype=torch.bfloat16) if a.autocast else contextlib.nullcontext()
     results = []
     for max_new in a.max_new:
-        for name, fn in runs.get(a.only, runs["aha"] + runs["generate"]):
+        for name, fn in runs.get(a.only) or [r for r in runs["aha"] + runs["generate"] if a.only in ("both", r[0])]:
             try:
                 with context:
                     fn(0, a.warmup_new or max_new)  # warm-up

@@ -85,3 +85,40 @@ def test_token_logprobs_match_log_softmax_in_float64(dtype, monkeypatch):
     torch.testing.assert_close(x.grad.double(), ref_x.grad, atol=grad_tol, rtol=grad_tol)
     _, none = lp_mod.TokenLogProbs.apply(x, ids, 1.0, False)
     assert none.numel() == 0
+
+
+def test_attention_kernels_leave_out_cudnn_on_cuda_only():
+    from aha.models.load import attention_kernels
+    flags = lambda: (torch.backends.cuda.cudnn_sdp_enabled(), torch.backends.cuda.flash_sdp_enabled(),  # noqa: E731
+                     torch.backends.cuda.mem_efficient_sdp_enabled(), torch.backends.cuda.math_sdp_enabled())
+    before = flags()
+    with attention_kernels("cuda"):
+        assert flags() == (False, True, True, True)
+    assert flags() == before
+    with attention_kernels(torch.device("cpu")):
+        assert flags() == before
+
+
+@pytest.mark.parametrize("share", [False, True])
+def test_training_and_sampling_attention_runs_without_cudnn(share, monkeypatch):
+    """Every attention call of the log-prob pass and of the engine's prefill runs inside attention_kernels
+    (forced to its CUDA choice here, so that the CPU shows it); share: the shared-prompt pass and LayerCache."""
+    from aha.models import eos_ids
+    from aha.models.load import attention_kernels
+    from aha.rollout import SamplingParams
+    from aha.rollout import hf
+    tok = train_tokenizer(["What is 12 + 7 - 3? Answer: 16. The quick brown fox."] * 50)
+    model = build_model(tok, "tiny")
+    seen = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention",
+                        lambda *a, **k: seen.append(torch.backends.cuda.cudnn_sdp_enabled()) or sdpa(*a, **k))
+    for module in (lp_mod, hf):
+        monkeypatch.setattr(module, "attention_kernels", lambda device: attention_kernels("cuda"))
+    prompts, comps = _groups(seed=3, sizes=(2, 2))
+    completion_logprobs(model, prompts, comps, 0, share_prompts=share)
+    training, seen[:] = list(seen), []
+    engine = hf.HFEngine(model, eos_ids(model, tok), tok.pad_token_id, layer_cache=share)
+    engine.generate([prompts[0], prompts[2]], 2, SamplingParams(1.0, 1.0, 0, 4), torch.Generator().manual_seed(0))
+    assert training and seen and not any(training + seen)
+    assert torch.backends.cuda.cudnn_sdp_enabled()  # restored

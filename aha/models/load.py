@@ -3,6 +3,7 @@ pad token, LoRA and dtype set in one place."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import inspect
@@ -34,6 +35,19 @@ def native_bf16(device: str | None = None) -> bool:
     except OSError:
         return False
     return any(flag in flags for flag in BF16_CPU_FLAGS)
+
+
+def attention_kernels(device) -> contextlib.AbstractContextManager:
+    """The scaled-dot-product attention kernels of aha's own forward passes (training, reference, prefill) on
+    `device`: on CUDA every kernel but cuDNN's, elsewhere PyTorch's choice. Left-padded prompts make attention
+    take a mask, and PyTorch may then pick cuDNN's kernel, which builds an execution plan for every new shape:
+    on an H100 (PyTorch 2.11) GRPO steps took 1-2 s longer in their forward and backward when the batch's padded
+    width was new, whatever Python's garbage collector did (benchmarks/step_phases.py), as cuDNN's plan
+    building does. The memory-efficient kernel takes the mask and builds nothing."""
+    if torch.device(device).type != "cuda":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
 
 
 def resolve_dtype(dtype: str, device: str | None = None) -> torch.dtype:

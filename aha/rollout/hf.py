@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from ..models.load import cache_arg
+from ..models.load import attention_kernels, cache_arg
 from .base import GroupCallback, Rollout, SamplingParams
 
 CACHE_CHUNK = 128
@@ -389,9 +389,10 @@ class HFEngine:
         self.model.eval()
         try:
             per_chunk = max(1, self.max_batch // n)
-            parts = [self._chunk(prompt_ids[i:i + per_chunk], n, params, generator,
-                                 None if on_group is None else lambda g, r, i=i: on_group(i + g, r))  # chunk offset
-                     for i in range(0, len(prompt_ids), per_chunk)]
+            with attention_kernels(next(self.model.parameters()).device):
+                parts = [self._chunk(prompt_ids[i:i + per_chunk], n, params, generator,
+                                     None if on_group is None else lambda g, r, i=i: on_group(i + g, r))
+                         for i in range(0, len(prompt_ids), per_chunk)]  # on_group gets the chunk's offset
         finally:
             self.model.train(was_training)
         return Rollout(completion_ids=[c for p in parts for c in p.completion_ids],

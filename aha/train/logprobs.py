@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..models.load import cache_arg
+from ..models.load import attention_kernels, cache_arg
 
 CHUNK_ELEMENTS = 2**24
 """Logits `TokenLogProbs` handles at once (64 MB in float32): its float32 temporaries stay this size."""
@@ -86,14 +86,15 @@ def completion_logprobs(model, prompts: list[list[int]], completions: list[list[
     (`_shared_prompt_logits`): the same log-probs and gradients up to float summation order.
     """
     device = next(model.parameters()).device
-    if share_prompts and len({tuple(p) for p in prompts}) < len(prompts) and min(map(len, prompts)) > 1:
-        logits, comp_ids, comp_mask = _shared_prompt_logits(model, prompts, completions, pad_id, device)
-    else:
-        ids, attn, comp_ids, comp_mask = pad_batch(prompts, completions, pad_id, device)
-        T = comp_ids.shape[1]
-        pos = (attn.cumsum(-1) - 1).clamp(min=0)
-        logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False,
-                       logits_to_keep=T + 1).logits                               # [n,T+1,V]
+    with attention_kernels(device):  # the backward runs the kernels chosen here
+        if share_prompts and len({tuple(p) for p in prompts}) < len(prompts) and min(map(len, prompts)) > 1:
+            logits, comp_ids, comp_mask = _shared_prompt_logits(model, prompts, completions, pad_id, device)
+        else:
+            ids, attn, comp_ids, comp_mask = pad_batch(prompts, completions, pad_id, device)
+            T = comp_ids.shape[1]
+            pos = (attn.cumsum(-1) - 1).clamp(min=0)
+            logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False,
+                           logits_to_keep=T + 1).logits                           # [n,T+1,V]
     # the last position predicts past the completion: scored against any id, its log-prob is cut off below
     ids_next = torch.nn.functional.pad(comp_ids, (0, 1))                          # [n,T+1]
     logp, entropy = TokenLogProbs.apply(logits, ids_next, temperature, with_entropy)

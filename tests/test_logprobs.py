@@ -102,7 +102,8 @@ def test_attention_kernels_leave_out_cudnn_on_cuda_only():
 @pytest.mark.parametrize("share", [False, True])
 def test_training_and_sampling_attention_runs_without_cudnn(share, monkeypatch):
     """Every attention call of the log-prob pass and of the engine's prefill runs inside attention_kernels
-    (forced to its CUDA choice here, so that the CPU shows it); share: the shared-prompt pass and LayerCache."""
+    (forced to its CUDA choice here, so that the CPU shows it); decode steps, whose shapes repeat, keep PyTorch's
+    choice. share: the shared-prompt pass and LayerCache."""
     from aha.models import eos_ids
     from aha.models.load import attention_kernels
     from aha.rollout import SamplingParams
@@ -120,5 +121,8 @@ def test_training_and_sampling_attention_runs_without_cudnn(share, monkeypatch):
     training, seen[:] = list(seen), []
     engine = hf.HFEngine(model, eos_ids(model, tok), tok.pad_token_id, layer_cache=share)
     engine.generate([prompts[0], prompts[2]], 2, SamplingParams(1.0, 1.0, 0, 4), torch.Generator().manual_seed(0))
-    assert training and seen and not any(training + seen)
+    layers = model.config.num_hidden_layers
+    prefill, decode = seen[:layers], seen[layers:]  # the prefill's call per layer, then the decode steps'
+    assert len(training) >= layers and len(prefill) == layers and not any(training + prefill)
+    assert all(decode) and (decode or share)  # HFCache decodes through SDPA, LayerCache on a CPU does not
     assert torch.backends.cuda.cudnn_sdp_enabled()  # restored

@@ -389,10 +389,9 @@ class HFEngine:
         self.model.eval()
         try:
             per_chunk = max(1, self.max_batch // n)
-            with attention_kernels(next(self.model.parameters()).device):
-                parts = [self._chunk(prompt_ids[i:i + per_chunk], n, params, generator,
-                                     None if on_group is None else lambda g, r, i=i: on_group(i + g, r))
-                         for i in range(0, len(prompt_ids), per_chunk)]  # on_group gets the chunk's offset
+            parts = [self._chunk(prompt_ids[i:i + per_chunk], n, params, generator,
+                                 None if on_group is None else lambda g, r, i=i: on_group(i + g, r))  # chunk offset
+                     for i in range(0, len(prompt_ids), per_chunk)]
         finally:
             self.model.train(was_training)
         return Rollout(completion_ids=[c for p in parts for c in p.completion_ids],
@@ -415,7 +414,8 @@ class HFEngine:
         fast = self.layer_cache and LayerCache.supports(self.model, L + T)
         graphs = fast and self.cuda_graphs and device.type == "cuda"
         cache = (GraphCache if graphs else LayerCache if fast else HFCache)(self.model, mask, T)
-        logits = cache.forward(ids, (mask.cumsum(-1) - 1).clamp(min=0))         # [P,V]
+        with attention_kernels(device):  # the prefill's width changes with the prompts; decode steps' shapes repeat
+            logits = cache.forward(ids, (mask.cumsum(-1) - 1).clamp(min=0))     # [P,V]
         next_pos = mask.sum(-1)                                                  # [P]
         if n > 1:  # prefill once per prompt, then share the cache among its n samples
             cache.repeat(n)

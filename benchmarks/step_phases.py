@@ -5,7 +5,7 @@ timed between device synchronisations, so queued GPU work is charged to the phas
     python benchmarks/step_phases.py --device cuda --size qwen2-0.5b --bf16 --max-completion-length 512
     python benchmarks/step_phases.py --size 4m --steps 4 --max-completion-length 64     # CPU
 
-The settings are vs_trl.py's (16 completions of 8 prompts' groups, beta 0.04, float32 weights, optional bf16
+The settings are vs_trl.py's (2 prompts x 8 completions a step, beta 0.04, float32 weights, optional bf16
 autocast). It runs --steps steps with Python's garbage collector on, then --steps-no-gc with it off (--gc-off-first:
 the other way round), so what a collection landing inside a step costs shows as the difference.
 """

@@ -65,8 +65,9 @@ def packed_weights(lm) -> dict:
     decode step multiplies a few rows by each whole weight; oneDNN's Linear on a weight packed once runs those
     products up to 2x faster at 16 rows and up to 3x at 4 than PyTorch's Linear (MKL), whose path for a few rows
     is the slow one here (benchmarks/packed_linear.py), and fusing them makes 4 calls of a layer's 7. In bfloat16
-    under CPU autocast, as autocast's Linear computes. A copy of those weights for each generate call (one more
-    copy of the model while it decodes), so it always matches the policy. A group with a module that is not a
+    under CPU autocast, as autocast's Linear computes, where the CPU has oneDNN's bf16 products (an AVX2-only CPU
+    has not: there the bf16 products stay PyTorch's). A copy of those weights for each generate call (one more copy
+    of the model while it decodes), so it always matches the policy. A group with a module that is not a
     plain Linear (a LoRA wrapper) is left out: its modules run themselves."""
     if next(lm.parameters()).device.type != "cpu" or not torch.backends.mkldnn.is_available():
         return {}
@@ -76,12 +77,13 @@ def packed_weights(lm) -> dict:
         attn, mlp = layer.self_attn, layer.mlp
         groups += [(attn.q_proj, attn.k_proj, attn.v_proj), (attn.o_proj,), (mlp.gate_proj, mlp.up_proj),
                    (mlp.down_proj,)]
+    bf16 = torch.ops.mkldnn._is_mkldnn_bf16_supported()  # needs AVX-512 (BW, VL, DQ) or AVX-NE-CONVERT
     out = {}
     for group in groups:
         if any(type(m) is not torch.nn.Linear for m in group):
             continue
         w = torch.cat([m.weight.detach() for m in group]).to(dtype or group[0].weight.dtype)
-        if w.dtype != torch.bfloat16 and (w.dtype != torch.float32 or w.numel() < PACK_MIN_FLOAT32):
+        if not (w.dtype == torch.bfloat16 and bf16 or w.dtype == torch.float32 and w.numel() >= PACK_MIN_FLOAT32):
             continue
         b = None if group[0].bias is None else torch.cat([m.bias.detach() for m in group]).to(w.dtype)
         out[group] = (torch.ops.mkldnn._reorder_linear_weight(w, 16), b, w.dtype, [m.out_features for m in group])

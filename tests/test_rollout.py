@@ -48,7 +48,6 @@ def test_greedy_matches_full_recompute_with_eos_and_groups(tok, arch, layer_cach
     monkeypatch.setattr(engine_module, "CACHE_CHUNK", chunk)
     if chunk == 2:
         monkeypatch.setattr(engine_module, "PACK_MIN_FLOAT32", 0)
-        monkeypatch.setattr(engine_module, "PACK_MIN_ROWS", 1)
     model = model_of(tok, arch)
     assert engine_module.LayerCache.supports(model, 64)
     if not layer_cache:
@@ -128,7 +127,6 @@ def test_layer_cache_computes_what_the_model_layers_compute(arch, autocast, monk
     cached in bf16). With the CPU kernels (prepacked weights, decode_attention) they agree to float32 rounding,
     and under autocast to bf16 rounding (every product prepacked here, however small)."""
     monkeypatch.setattr(engine_module, "PACK_MIN_FLOAT32", 0)
-    monkeypatch.setattr(engine_module, "PACK_MIN_ROWS", 1)
     model = grouped_query_model(arch)
     bf16_products = torch.ops.mkldnn._is_mkldnn_bf16_supported()  # else bf16 weights stay unpacked
     packs = 4 * model.config.num_hidden_layers + 1 if bf16_products or not autocast else 0

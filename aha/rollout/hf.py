@@ -35,11 +35,12 @@ its memory, copies and attention reads follow the filled length, not max_new_tok
 COMPACT_FRACTION = 0.125
 """Drop finished rows from the batch once they are this fraction of it (each drop copies the cache)."""
 
-PACK_MIN_FLOAT32, PACK_MIN_ROWS = 2**18, 2
-"""A float32 product runs from a prepacked weight only for weights of at least 2^18 elements and 2 rows or more:
-oneDNN's call costs about 18 us however small, and for one row PyTorch's matrix-vector path is the faster
-(benchmarks/packed_linear.py). In bfloat16 the prepacked product was the faster at every size and row count
-measured."""
+PACK_MIN_FLOAT32 = 2**18
+"""A float32 product runs from a prepacked weight only for weights of at least 2^18 elements: oneDNN's call costs
+about 18 us however small (benchmarks/packed_linear.py). In bfloat16 the prepacked product was the faster at every
+size measured. Every row count uses it: a weight called once alone (packed_linear.py, in cache) multiplies one row
+faster through PyTorch's matrix-vector path, but a decode step streams all of a larger model's weights from memory,
+and there one row's step ran 1.5x faster prepacked (benchmarks/decode_step.py, 30m: 14-23 against 10 ms)."""
 
 LAYER_CACHE_TYPES = ("llama", "qwen2", "qwen3", "mistral")
 """model_type values whose decoder is embed -> layers(h, mask, rotary) -> norm -> lm_head."""
@@ -229,8 +230,6 @@ class LayerCache:
         if mods not in self.packed:
             return [m(x) for m in mods]
         w, b, dtype, sizes = self.packed[mods]
-        if dtype == torch.float32 and x.shape[:-1].numel() < PACK_MIN_ROWS:
-            return [m(x) for m in mods]
         out = torch.ops.mkldnn._linear_pointwise(x.to(dtype), w, b, "none", [], "")
         return out.split(sizes, -1) if len(mods) > 1 else [out]
 

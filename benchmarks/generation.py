@@ -107,7 +107,7 @@ def main():
             try:
                 with context:
                     fn(0, a.warmup_new or max_new)  # warm-up
-                    rates, tokens, flops = [], [], []
+                    rates, tokens, flops, rows = [], [], [], []
                     for r in range(a.repeats):
                         if cuda:
                             torch.cuda.synchronize()
@@ -119,18 +119,21 @@ def main():
                         rates.append(sum(lengths) / seconds)
                         tokens.append(sum(lengths))
                         flops.append(useful_flops(lengths) / seconds)
+                        rows.append(sum(lengths) / max(lengths))  # the live rows of a mean decode step (one chunk)
             except Exception as e:  # noqa: BLE001 - one engine failing must not hide the others' figures
                 print(f"{name} max_new={max_new} FAILED: {type(e).__name__}: {e}", flush=True)
                 results.append({"engine": name, "max_new": max_new, "error": f"{type(e).__name__}: {e}"})
                 continue
             results.append({"engine": name, "max_new": max_new, "median_tokens_per_s": statistics.median(rates),
                             "rates": rates, "mean_len": statistics.fmean(tokens) / (a.prompts * a.n),
-                            "median_useful_gflops": statistics.median(flops) / 1e9})
+                            "median_useful_gflops": statistics.median(flops) / 1e9,
+                            "tokens_per_decode_step": statistics.fmean(rows)})
             print(f"{name:9s} {a.device} threads={a.threads} size={a.size}"
                   f"{f' kv_heads={a.kv_heads}' if a.kv_heads else ''} {a.dtype} B={a.prompts} G={a.n} "
                   f"max_new={max_new}{' autocast-bf16' if a.autocast else ''}: median "
                   f"{statistics.median(rates):,.0f} tokens/s over {a.repeats} runs (mean length "
-                  f"{results[-1]['mean_len']:.0f}; {statistics.median(flops) / 1e9:.1f} useful GFLOP/s)", flush=True)
+                  f"{results[-1]['mean_len']:.0f}, {statistics.fmean(rows):.1f} tokens per decode step; "
+                  f"{statistics.median(flops) / 1e9:.1f} useful GFLOP/s)", flush=True)
     if a.json:
         settings = {k: v for k, v in vars(a).items() if k != "json"}
         if cuda:

@@ -40,7 +40,7 @@ PACK_MIN_FLOAT32 = 2**18
 about 18 us however small (benchmarks/packed_linear.py). In bfloat16 the prepacked product was the faster at every
 size measured. Every row count uses it: a weight called once alone (packed_linear.py, in cache) multiplies one row
 faster through PyTorch's matrix-vector path, but a decode step streams all of a larger model's weights from memory,
-and there one row's step ran 1.5x faster prepacked (benchmarks/decode_step.py, 30m: 14-23 against 10 ms)."""
+and there one row's step ran 1.5x faster prepacked (benchmarks/decode_step.py, 30m: 9-10 against 14-15 ms)."""
 
 LAYER_CACHE_TYPES = ("llama", "qwen2", "qwen3", "mistral")
 """model_type values whose decoder is embed -> layers(h, mask, rotary) -> norm -> lm_head."""

@@ -128,8 +128,7 @@ def test_layer_cache_computes_what_the_model_layers_compute(arch, autocast, monk
     and under autocast to bf16 rounding (every product prepacked here, however small)."""
     monkeypatch.setattr(engine_module, "PACK_MIN_FLOAT32", 0)
     model = grouped_query_model(arch)
-    bf16_products = torch.ops.mkldnn._is_mkldnn_bf16_supported()  # else bf16 weights stay unpacked
-    packs = 4 * model.config.num_hidden_layers + 1 if bf16_products or not autocast else 0
+    packs = 4 * model.config.num_hidden_layers + 1 if engine_module.onednn_bf16() or not autocast else 0
     ids, mask = torch.tensor([[0, 0, 5, 9, 14], [7, 3, 2, 8, 6]]), torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
     logits = {}
     for name, cls in (("kernels", engine_module.LayerCache), ("plain", PlainKernels), ("layers", ThroughTheLayers)):
@@ -225,7 +224,7 @@ def test_cpu_autocast_decodes_from_a_bf16_cache_with_bf16_products(tok):
     plain = engine_module.LayerCache(model, mask, T)
     assert {cache.k[0].dtype, cache.v[0].dtype} == {torch.bfloat16} and plain.k[0].dtype == torch.float32
     products = 4 * model.config.num_hidden_layers + 1  # qkv, o, gate/up, down; the head
-    if not torch.ops.mkldnn._is_mkldnn_bf16_supported():  # an AVX2-only CPU: none (the test below)
+    if not engine_module.onednn_bf16():  # an AVX2-only CPU: none (the test below)
         products = 0
     assert len(cache.packed) == products and {p[2] for p in cache.packed.values()} <= {torch.bfloat16}
     assert plain.packed == {}  # float32 weights this small multiply faster unpacked

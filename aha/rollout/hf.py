@@ -60,6 +60,12 @@ def decode_attention(query: Tensor, key: Tensor, value: Tensor, bias: Tensor, sc
     return out.reshape(m, 1, H * D).to(query.dtype)
 
 
+def onednn_bf16() -> bool:
+    """Does oneDNN multiply bfloat16 on this CPU? It needs AVX-512 (BW, VL, DQ) or AVX-NE-CONVERT: on an AVX2-only
+    CPU (or with ONEDNN_MAX_CPU_ISA=AVX2) it refuses to prepack bf16 weights, and bf16 products stay PyTorch's."""
+    return torch.ops.mkldnn._is_mkldnn_bf16_supported()
+
+
 def packed_weights(lm) -> dict:
     """{(Linear, ...): their weights side by side in oneDNN's blocked layout} for the products of a decode step
     (each layer's q/k/v projections as one product, o, gate/up as one, down; the head), on CPU (else {}). A
@@ -78,14 +84,15 @@ def packed_weights(lm) -> dict:
         attn, mlp = layer.self_attn, layer.mlp
         groups += [(attn.q_proj, attn.k_proj, attn.v_proj), (attn.o_proj,), (mlp.gate_proj, mlp.up_proj),
                    (mlp.down_proj,)]
-    bf16 = torch.ops.mkldnn._is_mkldnn_bf16_supported()  # needs AVX-512 (BW, VL, DQ) or AVX-NE-CONVERT
+    bf16 = onednn_bf16()
     out = {}
     for group in groups:
         if any(type(m) is not torch.nn.Linear for m in group):
             continue
-        w = torch.cat([m.weight.detach() for m in group]).to(dtype or group[0].weight.dtype)
-        if not (w.dtype == torch.bfloat16 and bf16 or w.dtype == torch.float32 and w.numel() >= PACK_MIN_FLOAT32):
-            continue
+        kind, size = dtype or group[0].weight.dtype, sum(m.weight.numel() for m in group)
+        if not (kind == torch.bfloat16 and bf16 or kind == torch.float32 and size >= PACK_MIN_FLOAT32):
+            continue  # decided before copying: a group left out costs nothing
+        w = torch.cat([m.weight.detach() for m in group]).to(kind)
         b = None if group[0].bias is None else torch.cat([m.bias.detach() for m in group]).to(w.dtype)
         out[group] = (torch.ops.mkldnn._reorder_linear_weight(w, 16), b, w.dtype, [m.out_features for m in group])
     return out

@@ -12,6 +12,11 @@ the longest ends. Tokens/s counts generated tokens (up to and including EOS). Wi
 larger than the tokenizer's (--vocab-size 151936 on the 512-token tokenizer), EOS is one token in
 151,936 under random weights, so nearly every row runs to the cap: no rows to drop, the case least
 favourable to aha.
+
+Besides tokens/s it prints the useful GFLOP/s (weight products plus attention over each token's positions) and the
+least memory traffic per generated token (every weight a product uses, once per decode step, spread over the step's
+rows, plus the keys and values of the positions each token attends to), with the rate the run streamed that at:
+on a CPU a decode step is bound by memory, so that traffic sets how fast any length can go.
 """
 
 import argparse
@@ -82,6 +87,17 @@ def main():
             total += n * weights + per_position * (n * first + n * (n - 1) // 2)
         return total
 
+    size = 2 if a.autocast or a.dtype == "bfloat16" else 4  # bytes of a weight or cached element as decode reads it
+    column = size * 2 * cfg.num_key_value_heads * (getattr(cfg, "head_dim", None) or cfg.hidden_size
+                                                   // cfg.num_attention_heads) * cfg.num_hidden_layers
+
+    def bytes_read(lengths) -> float:
+        """The least memory traffic of the decode steps: each step reads every weight a product uses once, and each
+        row its cache's filled columns (keys and values of every layer). Rows end at their own lengths, so a step
+        of the tail spreads the weights over fewer tokens, while each token reads a longer cache."""
+        cache = sum(column * (n * len(prompts[i // a.n]) + n * (n - 1) // 2) for i, n in enumerate(lengths))
+        return max(lengths) * weights / 2 * size + cache
+
     def run_aha(seed, max_new, graphs=True):
         out = engines[graphs].generate(prompts, a.n, SamplingParams(1.0, 1.0, 0, max_new),
                                        torch.Generator().manual_seed(seed))
@@ -107,7 +123,7 @@ def main():
             try:
                 with context:
                     fn(0, a.warmup_new or max_new)  # warm-up
-                    rates, tokens, flops, rows = [], [], [], []
+                    rates, tokens, flops, rows, traffic = [], [], [], [], []
                     for r in range(a.repeats):
                         if cuda:
                             torch.cuda.synchronize()
@@ -120,6 +136,7 @@ def main():
                         tokens.append(sum(lengths))
                         flops.append(useful_flops(lengths) / seconds)
                         rows.append(sum(lengths) / max(lengths))  # the live rows of a mean decode step (one chunk)
+                        traffic.append(bytes_read(lengths) / sum(lengths))
             except Exception as e:  # noqa: BLE001 - one engine failing must not hide the others' figures
                 print(f"{name} max_new={max_new} FAILED: {type(e).__name__}: {e}", flush=True)
                 results.append({"engine": name, "max_new": max_new, "error": f"{type(e).__name__}: {e}"})
@@ -127,13 +144,17 @@ def main():
             results.append({"engine": name, "max_new": max_new, "median_tokens_per_s": statistics.median(rates),
                             "rates": rates, "mean_len": statistics.fmean(tokens) / (a.prompts * a.n),
                             "median_useful_gflops": statistics.median(flops) / 1e9,
-                            "tokens_per_decode_step": statistics.fmean(rows)})
+                            "tokens_per_decode_step": statistics.fmean(rows),
+                            "least_mb_read_per_token": statistics.fmean(traffic) / 1e6,
+                            "implied_gb_per_s": statistics.median(r * b for r, b in zip(rates, traffic)) / 1e9})
             print(f"{name:9s} {a.device} threads={a.threads} size={a.size}"
                   f"{f' kv_heads={a.kv_heads}' if a.kv_heads else ''} {a.dtype} B={a.prompts} G={a.n} "
                   f"max_new={max_new}{' autocast-bf16' if a.autocast else ''}: median "
                   f"{statistics.median(rates):,.0f} tokens/s over {a.repeats} runs (mean length "
                   f"{results[-1]['mean_len']:.0f}, {statistics.fmean(rows):.1f} tokens per decode step; "
-                  f"{statistics.median(flops) / 1e9:.1f} useful GFLOP/s)", flush=True)
+                  f"{statistics.median(flops) / 1e9:.1f} useful GFLOP/s; at least "
+                  f"{results[-1]['least_mb_read_per_token']:.1f} MB read per token, "
+                  f"{results[-1]['implied_gb_per_s']:.1f} GB/s)", flush=True)
     if a.json:
         settings = {k: v for k, v in vars(a).items() if k != "json"}
         if cuda:

@@ -47,7 +47,7 @@ def test_greedy_matches_full_recompute_with_eos_and_groups(tok, arch, layer_cach
     float32 product is prepacked, however small."""
     monkeypatch.setattr(engine_module, "CACHE_CHUNK", chunk)
     if chunk == 2:
-        monkeypatch.setattr(engine_module, "PACK_MIN_FLOAT32", 0)
+        monkeypatch.setattr(engine_module, "PACK_MIN_FLOAT32", (0, 0))
     model = model_of(tok, arch)
     assert engine_module.LayerCache.supports(model, 64)
     if not layer_cache:
@@ -126,7 +126,7 @@ def test_layer_cache_computes_what_the_model_layers_compute(arch, autocast, monk
     same cache (grouped-query heads, Qwen2's biases, Qwen3's q/k norms; under bf16 autocast too, keys and values
     cached in bf16). With the CPU kernels (prepacked weights, decode_attention) they agree to float32 rounding,
     and under autocast to bf16 rounding (every product prepacked here, however small)."""
-    monkeypatch.setattr(engine_module, "PACK_MIN_FLOAT32", 0)
+    monkeypatch.setattr(engine_module, "PACK_MIN_FLOAT32", (0, 0))
     model = grouped_query_model(arch)
     packs = 4 * model.config.num_hidden_layers + 1 if engine_module.onednn_bf16() or not autocast else 0
     ids, mask = torch.tensor([[0, 0, 5, 9, 14], [7, 3, 2, 8, 6]]), torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])

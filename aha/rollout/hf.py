@@ -35,16 +35,17 @@ its memory, copies and attention reads follow the filled length, not max_new_tok
 COMPACT_FRACTION = 0.125
 """Drop finished rows from the batch once they are this fraction of it (each drop copies the cache)."""
 
-PACK_MIN_FLOAT32 = 2**16
-"""A float32 product runs from a prepacked weight only for weights of at least 2^16 elements (a 4m model's [256, 256]
-o projection and up): oneDNN's call costs about 18 us however small (benchmarks/packed_linear.py), so a tiny
-weight alone is faster through PyTorch's Linear, yet in a decode step the 4m model generated 1.04-1.29x the
-tokens/s with every product prepacked (its q/k/v then one product) than with only those of 2^18 elements and up,
-in 8 of 8 alternating runs (benchmarks/generation.py --size 4m --max-new 512). In bfloat16 the prepacked product was
-the faster at every size measured. Every row count uses it: a weight called once alone (packed_linear.py, in
-cache) multiplies one row faster through PyTorch's matrix-vector path, but a decode step streams all of a larger
-model's weights from memory, and there one row's step ran 1.5x faster prepacked (benchmarks/decode_step.py, 30m:
-9-10 against 14-15 ms)."""
+PACK_MIN_FLOAT32 = (2**16, 256)
+"""A float32 product runs from a prepacked weight only for weights of at least 2^16 elements and 256 inputs: oneDNN's
+call costs about 18 us however small (benchmarks/packed_linear.py), so a tiny weight alone is faster through
+PyTorch's Linear. In a decode step the 4m model (inputs 256 and 512) generated 1.04-1.29x the tokens/s with all its
+products prepacked (its q/k/v then one product) than with only those of 2^18 elements and up, in 8 of 8
+alternating runs, and 2^17 fell between; the demo's model (inputs 128) generated 1-11% fewer tokens/s with its
+[768, 128] gate/up and [512, 128] head prepacked, in 5 of 5 (benchmarks/generation.py --size 4m / small). In
+bfloat16 the prepacked product was the faster at every size measured. Every row count uses it: a weight called once
+alone (packed_linear.py, in cache) multiplies one row faster through PyTorch's matrix-vector path, but a decode step
+streams all of a larger model's weights from memory, and there one row's step ran 1.5x faster prepacked
+(benchmarks/decode_step.py, 30m: 9-10 against 14-15 ms)."""
 
 LAYER_CACHE_TYPES = ("llama", "qwen2", "qwen3", "mistral")
 """model_type values whose decoder is embed -> layers(h, mask, rotary) -> norm -> lm_head."""
@@ -94,7 +95,8 @@ def packed_weights(lm) -> dict:
         if any(type(m) is not torch.nn.Linear for m in group):
             continue
         kind, size = dtype or group[0].weight.dtype, sum(m.weight.numel() for m in group)
-        if not (kind == torch.bfloat16 and bf16 or kind == torch.float32 and size >= PACK_MIN_FLOAT32):
+        large = size >= PACK_MIN_FLOAT32[0] and group[0].in_features >= PACK_MIN_FLOAT32[1]
+        if not (kind == torch.bfloat16 and bf16 or kind == torch.float32 and large):
             continue  # decided before copying: a group left out costs nothing
         w = torch.cat([m.weight.detach() for m in group]).to(kind)
         b = None if group[0].bias is None else torch.cat([m.bias.detach() for m in group]).to(w.dtype)

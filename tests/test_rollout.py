@@ -254,6 +254,20 @@ def test_each_group_is_reported_once_as_it_finishes(tok, layer_cache, max_batch,
         assert [finish[i] for i, _ in calls] == sorted(finish)
 
 
+def test_a_generate_call_prepacks_the_weights_once_for_all_its_chunks(tok, monkeypatch):
+    """max_batch=3 with n=3: three chunks of one prompt each share one set of prepacked weights (a copy of the
+    model's products, built once per call, not per chunk), and decode what one batch of all three decodes."""
+    monkeypatch.setattr(engine_module, "PACK_MIN_FLOAT32", (0, 0))
+    calls, pack = [], engine_module.packed_weights
+    monkeypatch.setattr(engine_module, "packed_weights", lambda lm: calls.append(lm) or pack(lm))
+    model, params = model_of(tok, "llama"), SamplingParams(temperature=0, max_new_tokens=T)
+    chunked = HFEngine(model, [tok.eos_token_id], tok.pad_token_id, max_batch=3).generate(PROMPTS, 3, params)
+    assert len(calls) == 1 and len(pack(model)) > 0
+    whole = HFEngine(model, [tok.eos_token_id], tok.pad_token_id).generate(PROMPTS, 3, params)
+    assert len(calls) == 2
+    assert chunked.completion_ids == whole.completion_ids
+
+
 @pytest.mark.parametrize("arch, autocast", [("llama", False), ("qwen2", False), ("qwen2", True)])
 @torch.no_grad()
 def test_graph_cache_static_step_matches_the_layer_cache(tok, arch, autocast):

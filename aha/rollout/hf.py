@@ -164,7 +164,9 @@ class LayerCache:
     fixed_rows = False
     """True where finished rows must stay in the batch (their outputs are ignored)."""
 
-    def __init__(self, model, mask: Tensor, max_new_tokens: int, chunk: int = CACHE_CHUNK):
+    def __init__(self, model, mask: Tensor, max_new_tokens: int, chunk: int = CACHE_CHUNK,
+                 packed: dict | None = None):
+        """packed: `packed_weights` of this model from an earlier prompt chunk of the same generate call (None: pack now)."""
         self.lm = model.get_base_model() if hasattr(model, "get_base_model") else model
         self.decoder = self.lm.get_decoder()
         cfg, (P, L) = self.lm.config, mask.shape
@@ -187,7 +189,7 @@ class LayerCache:
         self.rotate = code.apply_rotary_pos_emb
         own = cfg._attn_implementation
         self.attend = code.eager_attention_forward if own == "eager" else ALL_ATTENTION_FUNCTIONS[own]
-        self.packed = packed_weights(self.lm) if self.cpu_kernels else {}
+        self.packed = {} if not self.cpu_kernels else packed_weights(self.lm) if packed is None else packed
 
     @staticmethod
     def supports(model, total_len: int) -> bool:
@@ -305,8 +307,8 @@ class GraphCache(LayerCache):
     fixed_rows = True
     MIN_BUCKET = 128
 
-    def __init__(self, model, mask: Tensor, max_new_tokens: int, capture: bool = True):
-        super().__init__(model, mask, max_new_tokens, chunk=max_new_tokens)
+    def __init__(self, model, mask: Tensor, max_new_tokens: int, capture: bool = True, packed: dict | None = None):
+        super().__init__(model, mask, max_new_tokens, chunk=max_new_tokens, packed=packed)
         self.capture = capture
         self.graphs: dict[int, tuple] = {}  # bucket -> (graph, logits it writes)
         self.pool = None                     # one memory pool shared by the graphs
@@ -402,18 +404,20 @@ class HFEngine:
         was_training = self.model.training
         self.model.eval()
         try:
-            per_chunk = max(1, self.max_batch // n)
-            parts = [self._chunk(prompt_ids[i:i + per_chunk], n, params, generator,
-                                 None if on_group is None else lambda g, r, i=i: on_group(i + g, r))  # chunk offset
-                     for i in range(0, len(prompt_ids), per_chunk)]
+            per_chunk, parts, packed = max(1, self.max_batch // n), [], None
+            for i in range(0, len(prompt_ids), per_chunk):  # the weights are prepacked once, for every chunk
+                part, packed = self._chunk(prompt_ids[i:i + per_chunk], n, params, generator, packed,
+                                           None if on_group is None else lambda g, r, i=i: on_group(i + g, r))
+                parts.append(part)
         finally:
             self.model.train(was_training)
         return Rollout(completion_ids=[c for p in parts for c in p.completion_ids],
                        truncated=[t for p in parts for t in p.truncated], version=self.version,
                        logprobs=[x for p in parts for x in p.logprobs] if params.logprobs else None)
 
-    def _chunk(self, prompts: list[list[int]], n: int, params: SamplingParams,
-               generator: torch.Generator | None, on_group: GroupCallback | None = None) -> Rollout:
+    def _chunk(self, prompts: list[list[int]], n: int, params: SamplingParams, generator: torch.Generator | None,
+               packed: dict | None, on_group: GroupCallback | None = None) -> tuple[Rollout, dict | None]:
+        """The rollout of these prompts, and the prepacked weights its cache used (for the next chunk)."""
         device = next(self.model.parameters()).device
         P, L, T = len(prompts), max(len(p) for p in prompts), params.max_new_tokens
         ids = torch.full((P, L), self.pad, dtype=torch.long)                    # [P,L] left-padded
@@ -427,7 +431,8 @@ class HFEngine:
             generator = torch.Generator(device).manual_seed(seed)
         fast = self.layer_cache and LayerCache.supports(self.model, L + T)
         graphs = fast and self.cuda_graphs and device.type == "cuda"
-        cache = (GraphCache if graphs else LayerCache if fast else HFCache)(self.model, mask, T)
+        cache = (GraphCache(self.model, mask, T, packed=packed) if graphs else
+                 LayerCache(self.model, mask, T, packed=packed) if fast else HFCache(self.model, mask, T))
         with attention_kernels(device):  # the prefill's width changes with the prompts; decode steps' shapes repeat
             logits = cache.forward(ids, (mask.cumsum(-1) - 1).clamp(min=0))     # [P,V]
         next_pos = mask.sum(-1)                                                  # [P]
@@ -470,7 +475,7 @@ class HFEngine:
             next_pos = next_pos + 1
         if on_group is not None:
             report(~reported)
-        return self._rows(out, length, done, logp, slice(0, M))
+        return self._rows(out, length, done, logp, slice(0, M)), getattr(cache, "packed", None)
 
     def _rows(self, out: Tensor, length: Tensor, done: Tensor, logp: Tensor | None, part: slice) -> Rollout:
         """The Rollout of output rows `part`, from the decode loop's buffers."""

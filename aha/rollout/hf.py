@@ -166,7 +166,8 @@ class LayerCache:
 
     def __init__(self, model, mask: Tensor, max_new_tokens: int, chunk: int = CACHE_CHUNK,
                  packed: dict | None = None):
-        """packed: `packed_weights` of this model from an earlier prompt chunk of the same generate call (None: pack now)."""
+        """packed: `packed_weights` of this model from an earlier prompt chunk of the same generate call
+        (None: pack now)."""
         self.lm = model.get_base_model() if hasattr(model, "get_base_model") else model
         self.decoder = self.lm.get_decoder()
         cfg, (P, L) = self.lm.config, mask.shape

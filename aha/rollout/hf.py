@@ -430,10 +430,7 @@ class HFEngine:
         if generator is not None and generator.device.type != device.type:  # sampling needs one on the logits'
             seed = int(torch.randint(2**63 - 1, (1,), generator=generator))  # device: seeded from the caller's
             generator = torch.Generator(device).manual_seed(seed)
-        fast = self.layer_cache and LayerCache.supports(self.model, L + T)
-        graphs = fast and self.cuda_graphs and device.type == "cuda"
-        cache = (GraphCache(self.model, mask, T, packed=packed) if graphs else
-                 LayerCache(self.model, mask, T, packed=packed) if fast else HFCache(self.model, mask, T))
+        cache = self._cache(mask, T, packed)
         with attention_kernels(device):  # the prefill's width changes with the prompts; decode steps' shapes repeat
             logits = cache.forward(ids, (mask.cumsum(-1) - 1).clamp(min=0))     # [P,V]
         next_pos = mask.sum(-1)                                                  # [P]
@@ -477,6 +474,14 @@ class HFEngine:
         if on_group is not None:
             report(~reported)
         return self._rows(out, length, done, logp, slice(0, M)), getattr(cache, "packed", None)
+
+    def _cache(self, mask: Tensor, T: int, packed: dict | None):
+        """A cache for prompts `mask` [P,L] and T new tokens: LayerCache for the Llama layout (GraphCache on a GPU
+        with CUDA graphs on), HFCache for every other model."""
+        fast = self.layer_cache and LayerCache.supports(self.model, mask.shape[1] + T)
+        if fast and self.cuda_graphs and mask.device.type == "cuda":
+            return GraphCache(self.model, mask, T, packed=packed)
+        return LayerCache(self.model, mask, T, packed=packed) if fast else HFCache(self.model, mask, T)
 
     def _rows(self, out: Tensor, length: Tensor, done: Tensor, logp: Tensor | None, part: slice) -> Rollout:
         """The Rollout of output rows `part`, from the decode loop's buffers."""

@@ -87,8 +87,8 @@ def main():
             total += n * weights + per_position * (n * first + n * (n - 1) // 2)
         return total
 
-    size = 2 if a.autocast or a.dtype == "bfloat16" else 4  # bytes of a weight or cached element as decode reads it
-    column = size * 2 * cfg.num_key_value_heads * (getattr(cfg, "head_dim", None) or cfg.hidden_size
+    itemsize = 2 if a.autocast or a.dtype == "bfloat16" else 4  # bytes of a weight or cached element decode reads
+    column = itemsize * 2 * cfg.num_key_value_heads * (getattr(cfg, "head_dim", None) or cfg.hidden_size
                                                    // cfg.num_attention_heads) * cfg.num_hidden_layers
 
     def bytes_read(lengths) -> float:
@@ -96,7 +96,7 @@ def main():
         row its cache's filled columns (keys and values of every layer). Rows end at their own lengths, so a step
         of the tail spreads the weights over fewer tokens, while each token reads a longer cache."""
         cache = sum(column * (n * len(prompts[i // a.n]) + n * (n - 1) // 2) for i, n in enumerate(lengths))
-        return max(lengths) * weights / 2 * size + cache
+        return max(lengths) * weights / 2 * itemsize + cache
 
     def run_aha(seed, max_new, graphs=True):
         out = engines[graphs].generate(prompts, a.n, SamplingParams(1.0, 1.0, 0, max_new),

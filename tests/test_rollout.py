@@ -47,7 +47,8 @@ def test_greedy_matches_full_recompute_with_eos_and_groups(tok, arch, layer_cach
     float32 product is prepacked, however small."""
     monkeypatch.setattr(engine_module, "CACHE_CHUNK", chunk)
     if chunk == 2:
-        monkeypatch.setattr(engine_module, "PACK_MIN_FLOAT32", (0, 0))
+        monkeypatch.setattr(engine_module, "PACK_MIN_FLOAT32", 0)
+        monkeypatch.setattr(engine_module, "PACK_MIN_INPUTS", 0)
     model = model_of(tok, arch)
     assert engine_module.LayerCache.supports(model, 64)
     if not layer_cache:
@@ -126,7 +127,8 @@ def test_layer_cache_computes_what_the_model_layers_compute(arch, autocast, monk
     same cache (grouped-query heads, Qwen2's biases, Qwen3's q/k norms; under bf16 autocast too, keys and values
     cached in bf16). With the CPU kernels (prepacked weights, decode_attention) they agree to float32 rounding,
     and under autocast to bf16 rounding (every product prepacked here, however small)."""
-    monkeypatch.setattr(engine_module, "PACK_MIN_FLOAT32", (0, 0))
+    monkeypatch.setattr(engine_module, "PACK_MIN_FLOAT32", 0)
+    monkeypatch.setattr(engine_module, "PACK_MIN_INPUTS", 0)
     model = grouped_query_model(arch)
     packs = 4 * model.config.num_hidden_layers + 1 if engine_module.onednn_bf16() or not autocast else 0
     ids, mask = torch.tensor([[0, 0, 5, 9, 14], [7, 3, 2, 8, 6]]), torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
@@ -257,7 +259,8 @@ def test_each_group_is_reported_once_as_it_finishes(tok, layer_cache, max_batch,
 def test_a_generate_call_prepacks_the_weights_once_for_all_its_chunks(tok, monkeypatch):
     """max_batch=3 with n=3: three chunks of one prompt each share one set of prepacked weights (a copy of the
     model's products, built once per call, not per chunk), and decode what one batch of all three decodes."""
-    monkeypatch.setattr(engine_module, "PACK_MIN_FLOAT32", (0, 0))
+    monkeypatch.setattr(engine_module, "PACK_MIN_FLOAT32", 0)
+    monkeypatch.setattr(engine_module, "PACK_MIN_INPUTS", 0)
     calls, pack = [], engine_module.packed_weights
     monkeypatch.setattr(engine_module, "packed_weights", lambda lm: calls.append(lm) or pack(lm))
     model, params = model_of(tok, "llama"), SamplingParams(temperature=0, max_new_tokens=T)

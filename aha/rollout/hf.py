@@ -35,7 +35,7 @@ its memory, copies and attention reads follow the filled length, not max_new_tok
 COMPACT_FRACTION = 0.125
 """Drop finished rows from the batch once they are this fraction of it (each drop copies the cache)."""
 
-PACK_MIN_FLOAT32 = (2**16, 256)
+PACK_MIN_FLOAT32, PACK_MIN_INPUTS = 2**16, 256
 """A float32 product runs from a prepacked weight only for weights of at least 2^16 elements and 256 inputs: oneDNN's
 call costs about 18 us however small (benchmarks/packed_linear.py), so a tiny weight alone is faster through
 PyTorch's Linear. In a decode step the 4m model (inputs 256 and 512) generated 1.04-1.29x the tokens/s with all its
@@ -95,7 +95,7 @@ def packed_weights(lm) -> dict:
         if any(type(m) is not torch.nn.Linear for m in group):
             continue
         kind, size = dtype or group[0].weight.dtype, sum(m.weight.numel() for m in group)
-        large = size >= PACK_MIN_FLOAT32[0] and group[0].in_features >= PACK_MIN_FLOAT32[1]
+        large = size >= PACK_MIN_FLOAT32 and group[0].in_features >= PACK_MIN_INPUTS
         if not (kind == torch.bfloat16 and bf16 or kind == torch.float32 and large):
             continue  # decided before copying: a group left out costs nothing
         w = torch.cat([m.weight.detach() for m in group]).to(kind)

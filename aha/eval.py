@@ -57,13 +57,10 @@ def _generate(model, tokenizer, rows, n, params, batch_size, seed, desc, progres
     engine = HFEngine.for_model(model, tokenizer, batch_size)
     gen = torch.Generator().manual_seed(seed)
     ids = [encode_prompt(tokenizer, r["prompt"]) for r in rows]
-    per = max(1, batch_size // n)
-    texts, lengths = [], []
-    for s in tqdm(range(0, len(ids), per), desc=desc, disable=not progress, leave=False):
-        out = engine.generate(ids[s:s + per], n, params, gen)
-        texts += tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
-        lengths += [len(c) for c in out.completion_ids]
-    return texts, lengths
+    with tqdm(total=len(ids), desc=desc, disable=not progress, leave=False) as bar:  # one call: batch_size rows
+        out = engine.generate(ids, n, params, gen, on_group=lambda i, r: bar.update())  # at once, kept full
+    return (tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True),
+            [len(c) for c in out.completion_ids])
 
 
 def evaluate(model, tokenizer, task: Task, rows: list[dict], k: list[int] = (1,), n_samples: int = 0,

@@ -61,21 +61,20 @@ def run_sample(cfg: SampleConfig) -> dict:
     verifier, rewards = task.correct(), task.rewards()
     weights = torch.tensor(task.reward_weights or [1.0] * len(rewards))
     kept, per_prompt = [], []
-    per = max(1, cfg.batch_size // cfg.n)
-    for s in tqdm(range(0, len(rows), per), desc="sample", disable=not cfg.progress_bar):
-        part = rows[s:s + per]
-        out = engine.generate([encode_prompt(tok, r["prompt"]) for r in part], cfg.n, params, gen)
-        texts = tok.batch_decode(out.completion_ids, skip_special_tokens=True)
-        right, _ = score_groups([verifier], part, texts, cfg.n)                  # [n*len(part),1]
-        values, _ = score_groups(rewards, part, texts, cfg.n)                    # [n*len(part),F]
-        score = torch.nan_to_num(values, nan=0.0) @ weights                        # [n*len(part)]
-        for j, row in enumerate(part):
-            sl = slice(j * cfg.n, (j + 1) * cfg.n)
-            ok = [bool(v >= CORRECT_AT) for v in right[sl, 0].tolist()]
-            picks = select(texts[sl], [len(c) for c in out.completion_ids[sl]], ok, score[sl].tolist(), cfg.keep)
-            per_prompt.append({"id": row.get("id"), "accepted": sum(ok) / cfg.n, "kept": len(picks)})
-            base = {k: v for k, v in row.items() if k != "completion"}
-            kept += [{**base, "completion": texts[sl][i], "reward": float(score[sl][i])} for i in picks]
+    prompts = [encode_prompt(tok, r["prompt"]) for r in rows]
+    with tqdm(total=len(rows), desc="sample", disable=not cfg.progress_bar) as bar:  # one call: batch_size rows
+        out = engine.generate(prompts, cfg.n, params, gen, on_group=lambda i, r: bar.update())  # at once, kept full
+    texts = tok.batch_decode(out.completion_ids, skip_special_tokens=True)
+    right, _ = score_groups([verifier], rows, texts, cfg.n)                       # [n*len(rows),1]
+    values, _ = score_groups(rewards, rows, texts, cfg.n)                         # [n*len(rows),F]
+    score = torch.nan_to_num(values, nan=0.0) @ weights                             # [n*len(rows)]
+    for j, row in enumerate(rows):
+        sl = slice(j * cfg.n, (j + 1) * cfg.n)
+        ok = [bool(v >= CORRECT_AT) for v in right[sl, 0].tolist()]
+        picks = select(texts[sl], [len(c) for c in out.completion_ids[sl]], ok, score[sl].tolist(), cfg.keep)
+        per_prompt.append({"id": row.get("id"), "accepted": sum(ok) / cfg.n, "kept": len(picks)})
+        base = {k: v for k, v in row.items() if k != "completion"}
+        kept += [{**base, "completion": texts[sl][i], "reward": float(score[sl][i])} for i in picks]
     n_mix = round(len(kept) * cfg.mix_ratio / (1 - cfg.mix_ratio)) if mix else 0
     if n_mix > len(mix):
         raise ValueError(f"mix_ratio {cfg.mix_ratio} needs {n_mix} rows from {cfg.mix_dataset}, which has {len(mix)}")

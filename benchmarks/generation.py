@@ -38,6 +38,9 @@ def main():
                          "heads, a smaller cache for each decode step to read")
     ap.add_argument("--prompts", type=int, default=2)
     ap.add_argument("--n", type=int, default=8)
+    ap.add_argument("--max-batch", type=int, default=512,
+                    help="most rows decoded at once (generation_max_batch): aha's engine admits waiting prompts as "
+                         "rows finish; `model.generate` runs the prompts in batches of that many rows")
     ap.add_argument("--max-new", type=int, nargs="+", default=[64], help="one or more generation lengths")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
@@ -57,6 +60,7 @@ def main():
     torch.set_num_threads(a.threads)
     from aha.models import eos_ids
     from aha.rollout import HFEngine, SamplingParams
+    from aha.rollout import hf as hf_engine
     from aha.models.tiny import random_model_dir
     from transformers import AutoModelForCausalLM, AutoTokenizer
     overrides = {k: v for k, v in (("vocab_size", a.vocab_size), ("num_key_value_heads", a.kv_heads)) if v} or None
@@ -68,8 +72,14 @@ def main():
             model.lm_head.weight[tok.eos_token_id] += a.eos_bias * model.lm_head.weight.mean(0)
     prompts = [tok(f"question {i}: what is {i} plus {i}?", add_special_tokens=False)["input_ids"] for i in range(a.prompts)]
     cuda = a.device.startswith("cuda")
-    engines = {graphs: HFEngine(model, eos_ids(model, tok), tok.pad_token_id, layer_cache=a.cache == "layer",
-                                cuda_graphs=graphs) for graphs in (True, False)}
+    engines = {graphs: HFEngine(model, eos_ids(model, tok), tok.pad_token_id, a.max_batch,
+                                layer_cache=a.cache == "layer", cuda_graphs=graphs) for graphs in (True, False)}
+    steps = [0]  # decode steps (one new token per row) of aha's engine, counted at its caches
+    for cls in [getattr(hf_engine, c) for c in ("LayerCache", "GraphCache", "HFCache", "Cohorts") if hasattr(hf_engine, c)]:
+        def counted(self, ids, pos, forward=cls.forward):
+            steps[0] += ids.shape[1] == 1
+            return forward(self, ids, pos)
+        cls.forward = counted
 
     cfg = model.config
     weights = 2 * sum(p.numel() for n, p in model.named_parameters() if "embed_tokens" not in n)
@@ -91,27 +101,34 @@ def main():
     column = itemsize * 2 * cfg.num_key_value_heads * (getattr(cfg, "head_dim", None) or cfg.hidden_size
                                                    // cfg.num_attention_heads) * cfg.num_hidden_layers
 
-    def bytes_read(lengths) -> float:
+    def bytes_read(lengths, decode_steps) -> float:
         """The least memory traffic of the decode steps: each step reads every weight a product uses once, and each
         row its cache's filled columns (keys and values of every layer). Rows end at their own lengths, so a step
         of the tail spreads the weights over fewer tokens, while each token reads a longer cache."""
         cache = sum(column * (n * len(prompts[i // a.n]) + n * (n - 1) // 2) for i, n in enumerate(lengths))
-        return max(lengths) * weights / 2 * itemsize + cache
+        return decode_steps * weights / 2 * itemsize + cache
 
     def run_aha(seed, max_new, graphs=True):
+        steps[0] = 0
         out = engines[graphs].generate(prompts, a.n, SamplingParams(1.0, 1.0, 0, max_new),
                                        torch.Generator().manual_seed(seed))
-        return [len(c) for c in out.completion_ids]
+        return [len(c) for c in out.completion_ids], steps[0]
 
     def run_hf(seed, max_new):
         torch.manual_seed(seed)
-        enc = tok.pad([{"input_ids": p} for p in prompts], return_tensors="pt", padding_side="left").to(a.device)
-        with torch.no_grad():
-            out = model.generate(**enc, do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=max_new,
-                                 num_return_sequences=a.n, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
-        gen = out[:, enc["input_ids"].shape[1]:].cpu()
-        return [min(int((row == tok.eos_token_id).nonzero()[0]) + 1 if (row == tok.eos_token_id).any() else max_new,
-                    max_new) for row in gen]
+        lengths, decode_steps, per = [], 0, max(1, a.max_batch // a.n)
+        for i in range(0, len(prompts), per):
+            enc = tok.pad([{"input_ids": p} for p in prompts[i:i + per]], return_tensors="pt",
+                          padding_side="left").to(a.device)
+            with torch.no_grad():
+                out = model.generate(**enc, do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
+                                     max_new_tokens=max_new, num_return_sequences=a.n,
+                                     pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+            gen = out[:, enc["input_ids"].shape[1]:].cpu()
+            part = [min(int((row == tok.eos_token_id).nonzero()[0]) + 1 if (row == tok.eos_token_id).any()
+                        else max_new, max_new) for row in gen]
+            lengths, decode_steps = lengths + part, decode_steps + max(part)  # every row until the longest ends
+        return lengths, decode_steps
 
     runs = {"aha": ((f"aha-{a.cache}", run_aha),), "generate": (("generate", run_hf),)}
     if cuda and a.cache == "layer":  # on a GPU aha-layer replays CUDA graphs; aha-eager is the same without them
@@ -128,15 +145,15 @@ def main():
                         if cuda:
                             torch.cuda.synchronize()
                         t = time.perf_counter()
-                        lengths = fn(r + 1, max_new)
+                        lengths, decode_steps = fn(r + 1, max_new)
                         if cuda:
                             torch.cuda.synchronize()
                         seconds = time.perf_counter() - t
                         rates.append(sum(lengths) / seconds)
                         tokens.append(sum(lengths))
                         flops.append(useful_flops(lengths) / seconds)
-                        rows.append(sum(lengths) / max(lengths))  # the live rows of a mean decode step (one chunk)
-                        traffic.append(bytes_read(lengths) / sum(lengths))
+                        rows.append(sum(lengths) / decode_steps)  # the live rows of a mean decode step
+                        traffic.append(bytes_read(lengths, decode_steps) / sum(lengths))
             except Exception as e:  # noqa: BLE001 - one engine failing must not hide the others' figures
                 print(f"{name} max_new={max_new} FAILED: {type(e).__name__}: {e}", flush=True)
                 results.append({"engine": name, "max_new": max_new, "error": f"{type(e).__name__}: {e}"})
@@ -149,6 +166,7 @@ def main():
                             "implied_gb_per_s": statistics.median(r * b for r, b in zip(rates, traffic)) / 1e9})
             print(f"{name:9s} {a.device} threads={a.threads} size={a.size}"
                   f"{f' kv_heads={a.kv_heads}' if a.kv_heads else ''} {a.dtype} B={a.prompts} G={a.n} "
+                  f"{f'max_batch={a.max_batch} ' if a.max_batch < a.prompts * a.n else ''}"
                   f"max_new={max_new}{' autocast-bf16' if a.autocast else ''}: median "
                   f"{statistics.median(rates):,.0f} tokens/s over {a.repeats} runs (mean length "
                   f"{results[-1]['mean_len']:.0f}, {statistics.fmean(rows):.1f} tokens per decode step; "

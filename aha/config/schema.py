@@ -244,7 +244,9 @@ class GRPOConfig(TrainConfig):
     num_completions_to_print: int = 2
     """How many completions to print when logging them."""
     generation_max_batch: int = 512
-    """Most sequences decoded at once."""
+    """Most sequences decoded at once (it bounds the KV cache's memory). The prompts beyond it wait, and their G
+    rows join the batch as finished rows leave it, so the batch stays full through long rollouts (Llama-layout
+    models on CPU or eager GPU decoding); with CUDA graphs, and for other models, they start the next batch."""
     num_train_epochs: Optional[float] = None
     """Passes over the training prompts; when set, max_steps is derived from the dataset size (TRL's name)."""
     disable_dropout: bool = False

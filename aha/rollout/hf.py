@@ -1,8 +1,10 @@
 """Sampling loop over any transformers causal LM, with a KV cache and no wasted rows.
 
 Why not `model.generate`: a GRPO step samples n completions of each prompt, so the prompt is
-prefilled once and its cache repeated n times; and rows that hit EOS are dropped from the batch
-(cache included) instead of decoding padding until the longest row ends.
+prefilled once and its cache repeated n times; rows that hit EOS are dropped from the batch
+(cache included) instead of decoding padding until the longest row ends; and where a call has more rows than
+`max_batch`, the waiting prompts' rows join the batch as rows leave it (`Cohorts`), so the weights read by each
+decode step serve a nearly full batch until the last prompts start, not a shrinking one per chunk.
 
 Three caches behind one interface. `LayerCache` serves decoders with the Llama layout (Llama, Qwen2,
 Qwen3, Mistral, SmolLM2): it runs the model's own modules (norms, projections, MLPs, rotary and attention
@@ -34,6 +36,11 @@ CACHE_CHUNK = 128
 its memory, copies and attention reads follow the filled length, not max_new_tokens."""
 COMPACT_FRACTION = 0.125
 """Drop finished rows from the batch once they are this fraction of it (each drop copies the cache)."""
+ADMIT_FRACTION = 0.25
+"""Start waiting rows once the batch has room for this fraction of max_batch: each start adds a cohort (`Cohorts`),
+whose attention costs a decode step a dozen more small operations per layer."""
+MAX_COHORTS = 4
+"""Most cohorts in a batch: past it the two youngest merge (the shorter's columns right-aligned to the other's)."""
 
 PACK_MIN_FLOAT32, PACK_MIN_INPUTS = 2**16, 256
 """A float32 product runs from a prepacked weight only for weights of at least 2^16 elements and 256 inputs: oneDNN's
@@ -132,6 +139,9 @@ class HFCache:
         self.model, self.mask, self.cache = model, mask, None                   # mask [m,L]
         self.arg = cache_arg(model)
 
+    def can_admit(self) -> bool:
+        return False  # new prompts start the next batch
+
     def forward(self, ids: Tensor, pos: Tensor) -> Tensor:
         """Logits [m,V] of the last position; ids and pos [m,q] (the prompt, then one token)."""
         if self.cache is not None:
@@ -217,12 +227,9 @@ class LayerCache:
 
     def forward(self, ids: Tensor, pos: Tensor) -> Tensor:
         q, end = ids.shape[1], self.end + ids.shape[1]
-        if end > self.bias.shape[1]:
-            cap = self.bias.shape[1]
-            self._resize(len(ids), max(end, cap + max(CACHE_CHUNK, cap // 8)))  # O(8 x filled) copies in all
+        self._room(end)
         if q == 1:  # decode: the new column is visible to every row; attention spans the buffers
-            self.bias[:, self.end] = 0
-            bias = self.bias[:, None, None, :]                                   # [m,1,1,cap]
+            bias = self._open()                                                  # [m,1,1,cap]
         else:  # prefill: causal too; a padding query sees itself, so no row is all -inf
             bias = self.bias[:, None, None, :end]                                # [m,1,1,S]
             causal = torch.ones(q, end, dtype=torch.bool, device=ids.device).tril(end - q)
@@ -231,6 +238,17 @@ class LayerCache:
         logits = self._logits(ids, pos, bias)
         self.end = end
         return logits
+
+    def _room(self, end: int) -> None:
+        """Buffers with at least `end` columns: grown by an eighth (at least CACHE_CHUNK) when full."""
+        if end > self.bias.shape[1]:
+            cap = self.bias.shape[1]
+            self._resize(len(self.bias), max(end, cap + max(CACHE_CHUNK, cap // 8)))  # O(8 x filled) copies in all
+
+    def _open(self) -> Tensor:
+        """A decode step's mask [m,1,1,cap]: column `end` (room made for it) visible to every row."""
+        self.bias[:, self.end] = 0
+        return self.bias[:, None, None, :]
 
     def _logits(self, ids: Tensor, pos: Tensor, bias: Tensor) -> Tensor:
         """The model's layers over ids [m,q] at positions pos [m,q] with additive mask bias: last logits [m,V]."""
@@ -262,17 +280,44 @@ class LayerCache:
         if hasattr(attn, "q_norm"):
             q, k = attn.q_norm(q), attn.k_norm(k)
         q, k = self.rotate(q.transpose(1, 2), k.transpose(1, 2), cos, sin)    # [m,H,q,D]
-        k, v = self.update(k, v.transpose(1, 2), layer)
-        if self.cpu_kernels and q.shape[2] == 1:
-            return self._products(decode_attention(q, k, v, bias, attn.scaling), attn.o_proj)[0]
-        out, _ = self.attend(attn, q, k, v, bias, dropout=0.0, scaling=attn.scaling)
-        return self._products(out.reshape(*x.shape[:-1], -1), attn.o_proj)[0]
+        return self._products(self._attend(attn, q, k, v.transpose(1, 2), bias, layer), attn.o_proj)[0]
 
-    def repeat(self, n: int) -> None:
-        self._resize(len(self.bias) * n, self.bias.shape[1], lambda x: x.repeat_interleave(n, 0))
+    def _attend(self, attn, q: Tensor, k: Tensor, v: Tensor, bias: Tensor, layer: int) -> Tensor:
+        """Attention of q [m,H,q,D] over this cache, the new keys and values k, v [m,Hkv,q,D] written in: [m,q,H*D]."""
+        k, v = self.update(k, v, layer)
+        if self.cpu_kernels and q.shape[2] == 1:
+            return decode_attention(q, k, v, bias, attn.scaling)
+        out, _ = self.attend(attn, q, k, v, bias, dropout=0.0, scaling=attn.scaling)
+        return out.reshape(*out.shape[:2], -1)
+
+    def repeat(self, n: int | Tensor) -> None:
+        """Row i becomes n (or n[i]) rows sharing its cache."""
+        m = len(self.bias) * n if isinstance(n, int) else int(n.sum())
+        self._resize(m, self.bias.shape[1], lambda x: x.repeat_interleave(n, 0))
 
     def select(self, rows: Tensor) -> None:
         self._resize(len(rows), self.bias.shape[1], lambda x: x.index_select(0, rows))
+
+    def can_admit(self) -> bool:
+        """Can new rows join this batch (as a cohort, `Cohorts`)?"""
+        return not self.fixed_rows
+
+    def merge(self, other: "LayerCache") -> None:
+        """Appends `other`'s rows: both caches' filled columns right-aligned to the longer one's (the shorter's rows
+        attend over the extra columns, masked)."""
+        end, cap = max(self.end, other.end), max(self.bias.shape[1], other.bias.shape[1])
+
+        def kv(x: Tensor, y: Tensor) -> Tensor:                                  # [m,H,cap,D]
+            out = x.new_zeros((len(x) + len(y), x.shape[1], cap, x.shape[3]))
+            out[:len(x), :, end - self.end:end] = x[:, :, :self.end]
+            out[len(x):, :, end - other.end:end] = y[:, :, :other.end]
+            return out
+
+        bias = self.bias.new_full((len(self.bias) + len(other.bias), cap), self.blocked)
+        bias[:len(self.bias), end - self.end:end] = self.bias[:, :self.end]
+        bias[len(self.bias):, end - other.end:end] = other.bias[:, :other.end]
+        self.k, self.v = [kv(x, y) for x, y in zip(self.k, other.k)], [kv(x, y) for x, y in zip(self.v, other.v)]
+        self.bias, self.end = bias, end
 
     def _resize(self, m: int, cap: int, rows=lambda x: x) -> None:
         """Buffers of m rows and cap columns holding `rows(...)` of the filled columns: the copy costs the
@@ -297,6 +342,65 @@ class LayerCache:
             x[:, :, start:].zero_()
 
 
+class Cohorts(LayerCache):
+    """Rows that started at different decode steps, decoded as one batch: one LayerCache per cohort (the rows
+    admitted together). A step's products run once over every row, and each cohort attends over its own
+    columns, so a row that joins late reads none of the columns of the rows that started before it. Each cohort
+    costs a step its own attention calls, so past MAX_COHORTS the youngest merge. A prompt whose rows start in
+    two cohorts is prefilled in each."""
+
+    def __init__(self, first: LayerCache):
+        for name in ("lm", "decoder", "cpu_kernels", "rotate", "attend", "packed"):  # what _logits uses
+            setattr(self, name, getattr(first, name))
+        self.parts = [first]
+
+    def admit(self, ids: Tensor, mask: Tensor, counts: Tensor) -> Tensor:
+        """A new cohort: prompts ids [p,L] (left-padded, mask [p,L]) prefilled, counts[i] rows of prompt i
+        appended to the batch. The prompts' logits [p,V]."""
+        new = LayerCache(self.lm, mask, 0, packed=self.packed)
+        logits = new.forward(ids, (mask.cumsum(-1) - 1).clamp(min=0))           # [p,V]
+        new.repeat(counts)
+        self.parts.append(new)
+        self._bound()
+        return logits
+
+    def forward(self, ids: Tensor, pos: Tensor) -> Tensor:
+        """A decode step (ids, pos [m,1]) of every cohort's rows, in order."""
+        for part in self.parts:
+            part._room(part.end + 1)
+        logits = self._logits(ids, pos, [part._open() for part in self.parts])
+        for part in self.parts:
+            part.end += 1
+        return logits
+
+    def _attend(self, attn, q: Tensor, k: Tensor, v: Tensor, bias: list[Tensor], layer: int) -> Tensor:
+        out, start = [], 0
+        for part, b in zip(self.parts, bias):
+            rows = slice(start, start + len(part.bias))
+            out.append(part._attend(attn, q[rows], k[rows], v[rows], b, layer))
+            start = rows.stop
+        return torch.cat(out)
+
+    def select(self, rows: Tensor) -> None:
+        parts, start = [], 0
+        for part in self.parts:
+            m = len(part.bias)
+            mine = rows[(rows >= start) & (rows < start + m)] - start
+            if 0 < len(mine) < m:
+                part.select(mine)
+            if len(mine):
+                parts.append(part)
+            start += m
+        self.parts = parts
+        self._bound()
+
+    def _bound(self) -> None:
+        """At most MAX_COHORTS cohorts: the youngest merge into one (their columns right-aligned)."""
+        while len(self.parts) > MAX_COHORTS:
+            younger = self.parts.pop()
+            self.parts[-1].merge(younger)
+
+
 class GraphCache(LayerCache):
     """LayerCache with static shapes, for CUDA graphs: room for every token from the start, rows kept to the
     end (a finished row's tokens are ignored), and each decode step written at a column held in a device
@@ -307,6 +411,9 @@ class GraphCache(LayerCache):
 
     fixed_rows = True
     MIN_BUCKET = 128
+
+    def can_admit(self) -> bool:
+        return False  # static shapes: new prompts start the next batch
 
     def __init__(self, model, mask: Tensor, max_new_tokens: int, capture: bool = True, packed: dict | None = None):
         super().__init__(model, mask, max_new_tokens, chunk=max_new_tokens, packed=packed)
@@ -399,81 +506,97 @@ class HFEngine:
     @torch.no_grad()
     def generate(self, prompt_ids: list[list[int]], n: int, params: SamplingParams,
                  generator: torch.Generator | None = None, on_group: GroupCallback | None = None) -> Rollout:
-        """n completions per prompt, prompt-major (see Rollout); `on_group(i, rollout)` as each prompt's n finish."""
+        """n completions per prompt, prompt-major (see Rollout); `on_group(i, rollout)` as each prompt's n finish.
+        At most max_batch rows decode at once. Rows that do not fit wait, and join the batch as finished rows leave
+        it (LayerCache, as cohorts: the batch stays nearly full), or start the next batch once it is done
+        (GraphCache, HFCache)."""
         if not prompt_ids or any(len(p) == 0 for p in prompt_ids):
             raise ValueError("generate needs at least one prompt and no empty prompt")
         was_training = self.model.training
         self.model.eval()
         try:
-            per_chunk, parts, packed = max(1, self.max_batch // n), [], None
-            for i in range(0, len(prompt_ids), per_chunk):  # the weights are prepacked once, for every chunk
-                part, packed = self._chunk(prompt_ids[i:i + per_chunk], n, params, generator, packed,
-                                           None if on_group is None else lambda g, r, i=i: on_group(i + g, r))
-                parts.append(part)
+            return self._decode(prompt_ids, n, params, generator, on_group)
         finally:
             self.model.train(was_training)
-        return Rollout(completion_ids=[c for p in parts for c in p.completion_ids],
-                       truncated=[t for p in parts for t in p.truncated], version=self.version,
-                       logprobs=[x for p in parts for x in p.logprobs] if params.logprobs else None)
 
-    def _chunk(self, prompts: list[list[int]], n: int, params: SamplingParams, generator: torch.Generator | None,
-               packed: dict | None, on_group: GroupCallback | None = None) -> tuple[Rollout, dict | None]:
-        """The rollout of these prompts, and the prepacked weights its cache used (for the next chunk)."""
+    def _decode(self, prompts: list[list[int]], n: int, params: SamplingParams, generator: torch.Generator | None,
+                on_group: GroupCallback | None) -> Rollout:
+        """The decode loop of one generate call. Buffers are indexed by output row (prompt i's samples are rows
+        i*n..i*n+n-1); `rows` lists the rows in the batch, in the cache's order."""
         device = next(self.model.parameters()).device
-        P, L, T = len(prompts), max(len(p) for p in prompts), params.max_new_tokens
-        ids = torch.full((P, L), self.pad, dtype=torch.long)                    # [P,L] left-padded
-        mask = torch.zeros((P, L), dtype=torch.long)                             # [P,L]
-        for i, p in enumerate(prompts):
-            ids[i, L - len(p):] = torch.tensor(p, dtype=torch.long)
-            mask[i, L - len(p):] = 1
-        ids, mask = ids.to(device), mask.to(device)
+        P, T, M = len(prompts), params.max_new_tokens, len(prompts) * n
         if generator is not None and generator.device.type != device.type:  # sampling needs one on the logits'
             seed = int(torch.randint(2**63 - 1, (1,), generator=generator))  # device: seeded from the caller's
             generator = torch.Generator(device).manual_seed(seed)
-        cache = self._cache(mask, T, packed)
-        with attention_kernels(device):  # the prefill's width changes with the prompts; decode steps' shapes repeat
-            logits = cache.forward(ids, (mask.cumsum(-1) - 1).clamp(min=0))     # [P,V]
-        next_pos = mask.sum(-1)                                                  # [P]
-        if n > 1:  # prefill once per prompt, then share the cache among its n samples
-            cache.repeat(n)
-            logits, next_pos = logits.repeat_interleave(n, 0), next_pos.repeat_interleave(n, 0)
-        M = P * n
         eos = self.eos.to(device)
         out = torch.full((M, T), self.pad, dtype=torch.long, device=device)     # [M,T]
-        length = torch.zeros(M, dtype=torch.long, device=device)                # [M]
-        done = torch.zeros(M, dtype=torch.bool, device=device)                  # [M]
-        rows = torch.arange(M, device=device)    # output row of each batch row   [m]
+        length = torch.zeros(M, dtype=torch.long, device=device)                # [M] tokens so far
+        done = torch.zeros(M, dtype=torch.bool, device=device)                  # [M] ended with EOS
         logp = torch.zeros((M, T), device=device) if params.logprobs else None  # [M,T]
         reported = torch.zeros(P, dtype=torch.bool, device=device)              # [P] groups given to on_group
-
-        def report(groups: Tensor) -> None:  # [P] bool: these groups' n rows are finished
-            for g in groups.nonzero().squeeze(-1).tolist():
-                reported[g] = True
-                on_group(g, self._rows(out, length, done, logp, slice(g * n, (g + 1) * n)))
-        for t in range(T):
+        rows = torch.zeros(0, dtype=torch.long, device=device)                  # [m] output row of each batch row
+        cache, packed, started = None, None, 0                                   # rows started: 0..started-1
+        while True:
+            room = self.max_batch - len(rows) if len(rows) else max(1, self.max_batch // n) * n  # whole prompts
+            least = max(1, int(ADMIT_FRACTION * self.max_batch)) if len(rows) else 1
+            if started < M and room >= least and (cache is None or cache.can_admit()):  # start rows (new batch if none)
+                new_rows = torch.arange(started, min(M, started + room), device=device)
+                cache, new_logits, new_pos = self._admit(cache, prompts, new_rows, n, T, packed)
+                packed, started = getattr(cache, "packed", None), int(new_rows[-1]) + 1
+                logits, next_pos = ((new_logits, new_pos) if not len(rows) else
+                                    (torch.cat([logits, new_logits]), torch.cat([next_pos, new_pos])))
+                rows = torch.cat([rows, new_rows])
             tok = sample_tokens(logits, params, generator)                      # [m]
-            live = ~done[rows]                                                   # [m]
-            out[rows[live], t] = tok[live]
+            live = ~done[rows] & (length[rows] < T)                              # [m]
+            at, col = rows[live], length[rows[live]]
+            out[at, col] = tok[live]
             if logp is not None:  # as the trainer computes it: log_softmax(logits / temperature)
                 scaled = logits / params.temperature if params.temperature > 0 else logits
-                logp[rows[live], t] = scaled.log_softmax(-1).gather(-1, tok[:, None]).squeeze(-1)[live]
-            length[rows[live]] = t + 1
-            done[rows[live & torch.isin(tok, eos)]] = True
-            if on_group is not None and t < T - 1:
-                report(done.view(P, n).all(1) & ~reported)                      # [P]
-            if t == T - 1 or bool(done.all()):
-                break
-            if not cache.fixed_rows:
-                finished = done[rows]
-                if finished.sum() >= max(1, COMPACT_FRACTION * len(rows)):
-                    keep = (~finished).nonzero().squeeze(-1)
-                    cache.select(keep)
-                    rows, tok, next_pos = rows[keep], tok[keep], next_pos[keep]
+                logp[at, col] = scaled.log_softmax(-1).gather(-1, tok[:, None]).squeeze(-1)[live]
+            length[at] = col + 1
+            done[at[torch.isin(tok[live], eos)]] = True
+            if on_group is not None:
+                for g in ((done | (length == T)).view(P, n).all(1) & ~reported).nonzero().squeeze(-1).tolist():
+                    reported[g] = True
+                    on_group(g, self._rows(out, length, done, logp, slice(g * n, (g + 1) * n)))
+            finished = done[rows] | (length[rows] == T)                          # [m]
+            if bool(finished.all()):
+                if started == M:
+                    break
+                cache, rows = None, rows[:0]  # the next prompts start a new batch
+                continue
+            if not cache.fixed_rows and finished.sum() >= max(1, COMPACT_FRACTION * len(rows)):
+                keep = (~finished).nonzero().squeeze(-1)
+                cache.select(keep)
+                rows, tok, next_pos = rows[keep], tok[keep], next_pos[keep]
             logits = cache.forward(tok[:, None], next_pos[:, None])
             next_pos = next_pos + 1
-        if on_group is not None:
-            report(~reported)
-        return self._rows(out, length, done, logp, slice(0, M)), getattr(cache, "packed", None)
+        return self._rows(out, length, done, logp, slice(0, M))
+
+    def _admit(self, cache, prompts: list[list[int]], rows: Tensor, n: int, T: int, packed: dict | None) -> tuple:
+        """Start output rows `rows` (row r samples prompts[r // n]), each prompt prefilled once: in a new cache
+        (cache None; whole prompts, their weights prepacked as `packed`) or as a new cohort of `cache`'s batch.
+        The cache, the rows' logits [k,V] and their next positions [k]."""
+        device = next(self.model.parameters()).device
+        index, counts = torch.unique_consecutive(rows // n, return_counts=True)  # prompts, rows of each
+        part = [prompts[i] for i in index.tolist()]
+        P, L = len(part), max(len(p) for p in part)
+        ids = torch.full((P, L), self.pad, dtype=torch.long)                    # [P,L] left-padded
+        mask = torch.zeros((P, L), dtype=torch.long)                             # [P,L]
+        for i, p in enumerate(part):
+            ids[i, L - len(p):] = torch.tensor(p, dtype=torch.long)
+            mask[i, L - len(p):] = 1
+        ids, mask = ids.to(device), mask.to(device)
+        with attention_kernels(device):  # the prefill's width changes with the prompts; decode steps' shapes repeat
+            if cache is not None:
+                cache = cache if isinstance(cache, Cohorts) else Cohorts(cache)
+                logits = cache.admit(ids, mask, counts)                          # [P,V]
+            else:
+                cache = self._cache(mask, T, packed)
+                logits = cache.forward(ids, (mask.cumsum(-1) - 1).clamp(min=0))  # [P,V]
+                if n > 1:  # prefill once per prompt, then share the cache among its n samples
+                    cache.repeat(n)
+        return cache, logits.repeat_interleave(counts, 0), mask.sum(-1).repeat_interleave(counts, 0)
 
     def _cache(self, mask: Tensor, T: int, packed: dict | None):
         """A cache for prompts `mask` [P,L] and T new tokens: LayerCache for the Llama layout (GraphCache on a GPU

@@ -548,13 +548,14 @@ class HFEngine:
                 rows = torch.cat([rows, new_rows])
             tok = sample_tokens(logits, params, generator)                      # [m]
             live = ~done[rows] & (length[rows] < T)                              # [m]
-            at, col = rows[live], length[rows[live]]
-            out[at, col] = tok[live]
+            at, new_tok = rows[live], tok[live]                                  # [k] rows that take a token
+            col = length[at]
+            out[at, col] = new_tok
             if logp is not None:  # as the trainer computes it: log_softmax(logits / temperature)
                 scaled = logits / params.temperature if params.temperature > 0 else logits
                 logp[at, col] = scaled.log_softmax(-1).gather(-1, tok[:, None]).squeeze(-1)[live]
             length[at] = col + 1
-            done[at[torch.isin(tok[live], eos)]] = True
+            done[at[torch.isin(new_tok, eos)]] = True
             if on_group is not None:
                 for g in ((done | (length == T)).view(P, n).all(1) & ~reported).nonzero().squeeze(-1).tolist():
                     reported[g] = True

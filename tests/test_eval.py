@@ -124,3 +124,26 @@ def test_a_mixture_reports_each_part_accuracy(tiny_dir):
     assert summary["accuracy/a"] == 1.0 and summary["accuracy/b"] == 0.0 and summary["accuracy"] == 0.5
     metrics = make_eval_fn(mix, rows)(model, tok)
     assert metrics["accuracy/a"] == 1.0 and metrics["accuracy/b"] == 0.0 and metrics["accuracy"] == 0.5
+
+
+def test_evaluation_decodes_all_prompts_in_one_call_through_a_small_batch(tiny_dir, monkeypatch):
+    """batch_size=4 with 3 samples of 6 prompts: one generate call for the sampled pass (the engine keeps at most 4
+    rows in flight and starts the others as rows finish), whose 18 completions reach the 6 records in order."""
+    from aha.eval import evaluate
+    from aha.models import load_model, load_tokenizer
+    from aha.rollout import HFEngine
+    from aha.tasks.base import Task
+
+    def verifier(prompts, completions, answer, **kw):
+        return [1.0 if c.startswith(a) else 0.0 for c, a in zip(completions, answer)]
+
+    calls, generate = [], HFEngine.generate
+    monkeypatch.setattr(HFEngine, "generate", lambda self, ids, n, *a, **kw: calls.append(
+        (len(ids), n, self.max_batch)) or generate(self, ids, n, *a, **kw))
+    task = Task(name="t", rewards=lambda: [verifier], correct=lambda: verifier, max_completion_length=6,
+                load=lambda split, n=None, seed=0: [{"prompt": f"{i}+1=", "answer": "", "id": str(i)} for i in range(6)])
+    model, tok = load_model(tiny_dir, "float32"), load_tokenizer(tiny_dir)
+    summary, records = evaluate(model, tok, task, task.load("test"), k=[1, 3], n_samples=3, batch_size=4)
+    assert calls == [(6, 1, 4), (6, 3, 4)]  # the greedy pass, then the sampled one
+    assert [r["id"] for r in records] == [str(i) for i in range(6)]
+    assert summary["accuracy"] == 1.0 and summary["pass@3"] == 1.0  # the empty answer accepts every completion

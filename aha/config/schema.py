@@ -458,7 +458,7 @@ class GenerationConfig:
     max_new_tokens: Optional[int] = None
     """Generation budget (default: the task's)."""
     batch_size: int = 256
-    """Most sequences decoded at once."""
+    """Most sequences decoded at once; the others wait, and start as decoded ones finish."""
     seed: int = 0
     """Seed for sampling."""
     dtype: DType = "float32"

@@ -39,8 +39,9 @@ def main():
     ap.add_argument("--prompts", type=int, default=2)
     ap.add_argument("--n", type=int, default=8)
     ap.add_argument("--max-batch", type=int, default=512,
-                    help="most rows decoded at once (generation_max_batch): aha's engine admits waiting prompts as "
-                         "rows finish; `model.generate` runs the prompts in batches of that many rows")
+                    help="most rows decoded at once (generation_max_batch): aha's engine starts waiting rows as rows "
+                         "finish with AHA_ADMIT_FRACTION set, else in the next batch; `model.generate` runs the "
+                         "prompts in batches of that many rows")
     ap.add_argument("--max-new", type=int, nargs="+", default=[64], help="one or more generation lengths")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)

@@ -271,16 +271,18 @@ def test_a_generate_call_prepacks_the_weights_once_for_all_its_chunks(tok, monke
     assert chunked.completion_ids == whole.completion_ids
 
 
-@pytest.mark.parametrize("layer_cache, chunk, cohorts", [(True, 256, 4), (True, 2, 4), (True, 256, 1), (False, 256, 4)])
-def test_waiting_rows_join_the_batch_as_rows_finish(tok, layer_cache, chunk, cohorts, monkeypatch):
+@pytest.mark.parametrize("layer_cache, chunk, cohorts, admit", [
+    (True, 256, 4, 0.0), (True, 2, 4, 0.0), (True, 256, 1, 0.0), (False, 256, 4, 0.0), (True, 256, 4, 1.0)])
+def test_waiting_rows_join_the_batch_as_rows_finish(tok, layer_cache, chunk, cohorts, admit, monkeypatch):
     """max_batch=5 with n=2: the first batch holds two prompts (4 rows). With the layer cache one row of the third
     prompt joins at once as a cohort of its own, and its second row joins when the first prompt's rows end with
     EOS (with chunk=2 the caches grow during the run; with one cohort at most, each joining row is merged into
-    the running rows' cache, its columns right-aligned to theirs); the transformers cache starts the third prompt
-    in a new batch once the first two are done. Either way every row decodes the full-recompute reference, no
-    step decodes more than 5 rows, and each group is reported once, as in the returned rollout."""
+    the running rows' cache, its columns right-aligned to theirs); the transformers cache, and the layer cache with
+    admission off (ADMIT_FRACTION 1, the default), start the third prompt in a new batch once the first two are
+    done. Either way every row decodes the full-recompute reference, no step decodes more than 5 rows, and each
+    group is reported once, as in the returned rollout."""
     monkeypatch.setattr(engine_module, "CACHE_CHUNK", chunk)
-    monkeypatch.setattr(engine_module, "ADMIT_FRACTION", 0.0)
+    monkeypatch.setattr(engine_module, "ADMIT_FRACTION", admit)
     monkeypatch.setattr(engine_module, "MAX_COHORTS", cohorts)
     model = model_of(tok, "llama")
     if not layer_cache:
@@ -293,9 +295,9 @@ def test_waiting_rows_join_the_batch_as_rows_finish(tok, layer_cache, chunk, coh
     for cls in (engine_module.LayerCache, engine_module.HFCache, engine_module.Cohorts):
         monkeypatch.setattr(cls, "forward", lambda self, ids, pos, f=cls.forward: steps.append(
             (len(ids), len(getattr(self, "parts", [self])))) or f(self, ids, pos))
-    admit = engine_module.Cohorts.admit
+    start = engine_module.Cohorts.admit
     monkeypatch.setattr(engine_module.Cohorts, "admit", lambda self, ids, mask, counts: joins.append(
-        (ids.shape[1], counts.tolist(), [len(p.bias) for p in self.parts])) or admit(self, ids, mask, counts))
+        (ids.shape[1], counts.tolist(), [len(p.bias) for p in self.parts])) or start(self, ids, mask, counts))
     calls = []
     out = HFEngine(model, sorted(eos), tok.pad_token_id, max_batch=5).generate(
         PROMPTS, 2, SamplingParams(temperature=0, max_new_tokens=T), on_group=lambda i, r: calls.append((i, r)))
@@ -304,10 +306,10 @@ def test_waiting_rows_join_the_batch_as_rows_finish(tok, layer_cache, chunk, coh
     assert max(m for m, _ in steps) <= 5 and sorted(i for i, _ in calls) == [0, 1, 2]
     for i, r in calls:
         assert r.completion_ids == out.completion_ids[2 * i:2 * i + 2]
-    if layer_cache and cohorts > 1:  # the third prompt's two rows joined one at a time, each as a cohort
+    if layer_cache and admit < 1 and cohorts > 1:  # the third prompt's two rows joined one at a time, as cohorts
         assert joins == [(7, [1], [4]), (7, [1], [2, 1])]
         assert (5, 2) in steps and (4, 3) in steps  # 4 + 1 rows in two cohorts; 2 + 1 + 1 rows in three
-    elif layer_cache:  # the same joins, each merged at once into the one cohort
+    elif layer_cache and admit < 1:  # the same joins, each merged at once into the one cohort
         assert joins == [(7, [1], [4]), (7, [1], [3])] and (5, 1) in steps and max(c for _, c in steps) == 1
     else:  # two batches: the third prompt is prefilled after the first two prompts' rows are all done
         assert joins == [] and steps[0] == (2, 1) and steps.index((1, 1)) == T  # prefill, T - 1 steps, its prefill

@@ -244,9 +244,9 @@ class GRPOConfig(TrainConfig):
     num_completions_to_print: int = 2
     """How many completions to print when logging them."""
     generation_max_batch: int = 512
-    """Most sequences decoded at once (it bounds the KV cache's memory). The prompts beyond it wait, and their G
-    rows join the batch as finished rows leave it, so the batch stays full through long rollouts (Llama-layout
-    models on CPU or eager GPU decoding); with CUDA graphs, and for other models, they start the next batch."""
+    """Most sequences decoded at once (it bounds the KV cache's memory). The prompts beyond it wait for the next
+    batch; with AHA_ADMIT_FRACTION=0.25 in the environment their rows join the running batch as its rows finish
+    (Llama-layout models decoded without CUDA graphs; see aha/rollout/hf.py)."""
     num_train_epochs: Optional[float] = None
     """Passes over the training prompts; when set, max_steps is derived from the dataset size (TRL's name)."""
     disable_dropout: bool = False
@@ -458,7 +458,7 @@ class GenerationConfig:
     max_new_tokens: Optional[int] = None
     """Generation budget (default: the task's)."""
     batch_size: int = 256
-    """Most sequences decoded at once; the others wait, and start as decoded ones finish."""
+    """Most sequences decoded at once (the others wait: `generation_max_batch`)."""
     seed: int = 0
     """Seed for sampling."""
     dtype: DType = "float32"

@@ -3,8 +3,8 @@
 Why not `model.generate`: a GRPO step samples n completions of each prompt, so the prompt is
 prefilled once and its cache repeated n times; rows that hit EOS are dropped from the batch
 (cache included) instead of decoding padding until the longest row ends; and where a call has more rows than
-`max_batch`, the waiting prompts' rows join the batch as rows leave it (`Cohorts`), so the weights read by each
-decode step serve a nearly full batch until the last prompts start, not a shrinking one per chunk.
+`max_batch`, the waiting prompts' rows can join the batch as rows leave it (`Cohorts`, with AHA_ADMIT_FRACTION
+set), so the weights read by each decode step serve a nearly full batch, not a shrinking one per chunk.
 
 Three caches behind one interface. `LayerCache` serves decoders with the Llama layout (Llama, Qwen2,
 Qwen3, Mistral, SmolLM2): it runs the model's own modules (norms, projections, MLPs, rotary and attention
@@ -36,9 +36,12 @@ CACHE_CHUNK = 128
 its memory, copies and attention reads follow the filled length, not max_new_tokens."""
 COMPACT_FRACTION = 0.125
 """Drop finished rows from the batch once they are this fraction of it (each drop copies the cache)."""
-ADMIT_FRACTION = 0.25
-"""Start waiting rows once the batch has room for this fraction of max_batch: each start adds a cohort (`Cohorts`),
-whose attention costs a decode step a dozen more small operations per layer."""
+ADMIT_FRACTION = float(os.environ.get("AHA_ADMIT_FRACTION", "1"))
+"""Start waiting rows once the batch has room for this fraction of max_batch (AHA_ADMIT_FRACTION in the environment;
+1, the default: only once the batch is done, one batch after another). Each start adds a cohort (`Cohorts`), whose
+attention costs a decode step a dozen more small operations per layer: 0.25 generated 1.2-1.6x the tokens/s of
+whole batches where rows end at scattered lengths (a 4M model, 512-token budget) and 0.87x where most rows run to
+the cap on a 30-layer model (SmolLM2-135M on GSM8K; BENCHMARKS.md, "Waiting rows join the batch")."""
 MAX_COHORTS = 4
 """Most cohorts in a batch: past it the two youngest merge (the shorter's columns right-aligned to the other's)."""
 
@@ -507,9 +510,8 @@ class HFEngine:
     def generate(self, prompt_ids: list[list[int]], n: int, params: SamplingParams,
                  generator: torch.Generator | None = None, on_group: GroupCallback | None = None) -> Rollout:
         """n completions per prompt, prompt-major (see Rollout); `on_group(i, rollout)` as each prompt's n finish.
-        At most max_batch rows decode at once. Rows that do not fit wait, and join the batch as finished rows leave
-        it (LayerCache, as cohorts: the batch stays nearly full), or start the next batch once it is done
-        (GraphCache, HFCache)."""
+        At most max_batch rows decode at once. Rows that do not fit wait, and start the next batch once the running
+        one is done, or (LayerCache, with ADMIT_FRACTION < 1) join it as a cohort as its rows finish."""
         if not prompt_ids or any(len(p) == 0 for p in prompt_ids):
             raise ValueError("generate needs at least one prompt and no empty prompt")
         was_training = self.model.training

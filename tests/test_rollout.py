@@ -315,6 +315,13 @@ def test_waiting_rows_join_the_batch_as_rows_finish(tok, layer_cache, chunk, coh
         assert joins == [] and steps[0] == (2, 1) and steps.index((1, 1)) == T  # prefill, T - 1 steps, its prefill
 
 
+def test_a_bad_admit_fraction_is_an_error_that_names_it():
+    env = {**os.environ, "AHA_ADMIT_FRACTION": "half"}
+    out = subprocess.run([sys.executable, "-c", "import aha.rollout.hf"], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode != 0 and "AHA_ADMIT_FRACTION='half': expected a number from 0 to 1" in out.stderr
+
+
 @pytest.mark.parametrize("arch, autocast", [("llama", False), ("qwen2", False), ("qwen2", True)])
 @torch.no_grad()
 def test_graph_cache_static_step_matches_the_layer_cache(tok, arch, autocast):

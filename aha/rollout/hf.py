@@ -21,6 +21,7 @@ through `model(...)` and transformers' growing DynamicCache.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 
@@ -36,12 +37,26 @@ CACHE_CHUNK = 128
 its memory, copies and attention reads follow the filled length, not max_new_tokens."""
 COMPACT_FRACTION = 0.125
 """Drop finished rows from the batch once they are this fraction of it (each drop copies the cache)."""
-ADMIT_FRACTION = float(os.environ.get("AHA_ADMIT_FRACTION", "1"))
+
+
+def _fraction(name: str, default: str) -> float:
+    """A number from 0 to 1 in environment variable `name`."""
+    text = os.environ.get(name, default)
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value <= 1:
+        raise ValueError(f"{name}={text!r}: expected a number from 0 to 1")
+    return value
+
+
+ADMIT_FRACTION = _fraction("AHA_ADMIT_FRACTION", "1")
 """Start waiting rows once the batch has room for this fraction of max_batch (AHA_ADMIT_FRACTION in the environment;
 1, the default: only once the batch is done, one batch after another). Each start adds a cohort (`Cohorts`), whose
 attention costs a decode step a dozen more small operations per layer: 0.25 generated 1.2-1.6x the tokens/s of
-whole batches where rows end at scattered lengths (a 4M model, 512-token budget) and 0.87x where most rows run to
-the cap on a 30-layer model (SmolLM2-135M on GSM8K; BENCHMARKS.md, "Waiting rows join the batch")."""
+whole batches where rows end at scattered lengths (a 4M model, 512-token budget) and 0.84-1.02x where most rows
+run to the cap on a 30-layer model (SmolLM2-135M on GSM8K; BENCHMARKS.md, "Waiting rows join the batch")."""
 MAX_COHORTS = 4
 """Most cohorts in a batch: past it the two youngest merge (the shorter's columns right-aligned to the other's)."""
 

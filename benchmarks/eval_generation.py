@@ -10,7 +10,9 @@ To compare with an earlier engine, run the same script with that tree first on P
 """
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -27,22 +29,16 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    from pathlib import Path
-
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/generation.py
     from aha.eval import _generate
     from aha.models import load_model, load_tokenizer
     from aha.rollout import SamplingParams
-    from aha.rollout import hf
     from aha.tasks import get_task
+    from generation import count_decode_steps
     path = str(Path(a.model).expanduser())
     model, tok = load_model(path, "float32"), load_tokenizer(path)
     rows = get_task(a.task).load("test")[:a.problems]
-    steps = [0]  # decode steps: cache forwards of one new token per row
-    for cls in [getattr(hf, c) for c in ("LayerCache", "GraphCache", "HFCache", "Cohorts") if hasattr(hf, c)]:
-        def counted(self, ids, pos, forward=cls.forward):
-            steps[0] += ids.shape[1] == 1
-            return forward(self, ids, pos)
-        cls.forward = counted
+    steps = count_decode_steps()
     t = time.perf_counter()
     _, lengths = _generate(model, tok, rows, a.n, SamplingParams(a.temperature, 1.0, 0, a.max_new), a.batch_size,
                            0, "sample", False)

@@ -28,6 +28,19 @@ import time
 import torch
 
 
+def count_decode_steps() -> list[int]:
+    """[steps]: from now on, every decode step of aha's engine (a cache forward of one new token per row) adds 1.
+    The caches an earlier engine lacks (run with its tree on PYTHONPATH) are skipped."""
+    from aha.rollout import hf
+    steps = [0]
+    for cls in [getattr(hf, c) for c in ("LayerCache", "GraphCache", "HFCache", "Cohorts") if hasattr(hf, c)]:
+        def counted(self, ids, pos, forward=cls.forward):
+            steps[0] += ids.shape[1] == 1
+            return forward(self, ids, pos)
+        cls.forward = counted
+    return steps
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--size", default="4m")
@@ -61,7 +74,6 @@ def main():
     torch.set_num_threads(a.threads)
     from aha.models import eos_ids
     from aha.rollout import HFEngine, SamplingParams
-    from aha.rollout import hf as hf_engine
     from aha.models.tiny import random_model_dir
     from transformers import AutoModelForCausalLM, AutoTokenizer
     overrides = {k: v for k, v in (("vocab_size", a.vocab_size), ("num_key_value_heads", a.kv_heads)) if v} or None
@@ -75,12 +87,7 @@ def main():
     cuda = a.device.startswith("cuda")
     engines = {graphs: HFEngine(model, eos_ids(model, tok), tok.pad_token_id, a.max_batch,
                                 layer_cache=a.cache == "layer", cuda_graphs=graphs) for graphs in (True, False)}
-    steps = [0]  # decode steps (one new token per row) of aha's engine, counted at its caches
-    for cls in [getattr(hf_engine, c) for c in ("LayerCache", "GraphCache", "HFCache", "Cohorts") if hasattr(hf_engine, c)]:
-        def counted(self, ids, pos, forward=cls.forward):
-            steps[0] += ids.shape[1] == 1
-            return forward(self, ids, pos)
-        cls.forward = counted
+    steps = count_decode_steps()
 
     cfg = model.config
     weights = 2 * sum(p.numel() for n, p in model.named_parameters() if "embed_tokens" not in n)

@@ -152,13 +152,12 @@ class HFCache:
     """Any causal LM: `model(...)` with transformers' cache, the attention mask grown each step."""
 
     fixed_rows = False
+    admits_rows = False
+    """True where new rows can join a running batch (`Cohorts`); else they start the next batch."""
 
     def __init__(self, model, mask: Tensor, max_new_tokens: int):
         self.model, self.mask, self.cache = model, mask, None                   # mask [m,L]
         self.arg = cache_arg(model)
-
-    def can_admit(self) -> bool:
-        return False  # new prompts start the next batch
 
     def forward(self, ids: Tensor, pos: Tensor) -> Tensor:
         """Logits [m,V] of the last position; ids and pos [m,q] (the prompt, then one token)."""
@@ -191,6 +190,7 @@ class LayerCache:
 
     fixed_rows = False
     """True where finished rows must stay in the batch (their outputs are ignored)."""
+    admits_rows = True
 
     def __init__(self, model, mask: Tensor, max_new_tokens: int, chunk: int = CACHE_CHUNK,
                  packed: dict | None = None):
@@ -316,10 +316,6 @@ class LayerCache:
     def select(self, rows: Tensor) -> None:
         self._resize(len(rows), self.bias.shape[1], lambda x: x.index_select(0, rows))
 
-    def can_admit(self) -> bool:
-        """Can new rows join this batch (as a cohort, `Cohorts`)?"""
-        return not self.fixed_rows
-
     def merge(self, other: "LayerCache") -> None:
         """Appends `other`'s rows: both caches' filled columns right-aligned to the longer one's (the shorter's rows
         attend over the extra columns, masked)."""
@@ -428,10 +424,8 @@ class GraphCache(LayerCache):
     CPU tests compare it with LayerCache)."""
 
     fixed_rows = True
+    admits_rows = False  # static shapes
     MIN_BUCKET = 128
-
-    def can_admit(self) -> bool:
-        return False  # static shapes: new prompts start the next batch
 
     def __init__(self, model, mask: Tensor, max_new_tokens: int, capture: bool = True, packed: dict | None = None):
         super().__init__(model, mask, max_new_tokens, chunk=max_new_tokens, packed=packed)
@@ -556,10 +550,10 @@ class HFEngine:
         while True:
             room = self.max_batch - len(rows) if len(rows) else max(1, self.max_batch // n) * n  # whole prompts
             least = max(1, int(ADMIT_FRACTION * self.max_batch)) if len(rows) else 1
-            if started < M and room >= least and (cache is None or cache.can_admit()):  # start rows (new batch if none)
+            if started < M and room >= least and (cache is None or cache.admits_rows):  # start rows (new batch if none)
                 new_rows = torch.arange(started, min(M, started + room), device=device)
                 cache, new_logits, new_pos = self._admit(cache, prompts, new_rows, n, T, packed)
-                packed, started = getattr(cache, "packed", None), int(new_rows[-1]) + 1
+                packed, started = getattr(cache, "packed", None), started + len(new_rows)
                 logits, next_pos = ((new_logits, new_pos) if not len(rows) else
                                     (torch.cat([logits, new_logits]), torch.cat([next_pos, new_pos])))
                 rows = torch.cat([rows, new_rows])

@@ -82,11 +82,24 @@ def dr_grpo_advantages(g: GroupStats, eps: float) -> Tensor:
 
 @_register_adv("batch")
 def batch_advantages(g: GroupStats, eps: float) -> Tensor:
-    """(r - group mean) / (batch std + eps): REINFORCE++-style normalisation over the whole batch."""
-    centred = (g.r - g.mean) * g.valid                                # [B,G]
-    n = g.valid.sum().clamp(min=2)
-    batch_std = ((centred - centred.sum() / n) ** 2 * g.valid).sum().div(n - 1).sqrt()
+    """(r - group mean) / (batch std + eps): REINFORCE++-style normalisation over the whole batch, the std of
+    the centred rewards that are trained on (a group with fewer than two valid rewards is not)."""
+    used = g.valid & (g.count >= 2)                                   # [B,G]
+    centred = (g.r - g.mean) * used                                   # [B,G]
+    n = used.sum().clamp(min=2)
+    batch_std = ((centred - centred.sum() / n) ** 2 * used).sum().div(n - 1).sqrt()
     return centred / (batch_std + eps)                                # [B,G]
+
+
+@_register_adv("batch_rewards")
+def batch_reward_advantages(g: GroupStats, eps: float) -> Tensor:
+    """(r - group mean) / (std of the batch's rewards + eps): TRL's scale_rewards="batch" (the std of the raw
+    rewards, not of the centred ones), over the rewards that are trained on."""
+    used = g.valid & (g.count >= 2)                                   # [B,G]
+    n = used.sum().clamp(min=2)
+    mean = (g.r * used).sum() / n
+    batch_std = ((g.r - mean) ** 2 * used).sum().div(n - 1).sqrt()
+    return (g.r - g.mean) / (batch_std + eps)                         # [B,G]
 
 
 @_register_adv("rloo")

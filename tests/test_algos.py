@@ -48,6 +48,24 @@ def test_batch_advantages_by_hand():
     close(a_, [a, -a, 0, 0])
 
 
+def test_batch_reward_std_advantages_by_hand():
+    # TRL's scale_rewards="batch": groups [0,1] and [10,11], centred [-0.5,0.5,-0.5,0.5]; the std of the rewards
+    # themselves: mean 5.5, squares 30.25+20.25+20.25+30.25 = 101, /3 -> sqrt(33.667) = 5.802298
+    a = 0.5 / (math.sqrt(101 / 3) + 1e-4)  # 0.086172
+    close(adv("batch_rewards", torch.tensor([0.0, 1, 10, 11]), 2), [-a, a, -a, a])
+
+
+@pytest.mark.parametrize("name", ["batch", "batch_rewards"])
+def test_a_group_left_out_does_not_move_the_batch_std(name):
+    # [1, NaN] has one valid reward, so it is not trained on: the other group's advantages are those of a batch
+    # without it (its 1 must not join the batch std)
+    alone = adv(name, torch.tensor([nan, nan, 0.0, 1]), 2)
+    with_lone = adv(name, torch.tensor([1.0, nan, 0.0, 1]), 2)
+    close(with_lone, alone)
+    a = 0.5 / (math.sqrt(0.5) + 1e-4)  # [0,1] alone: centred +-0.5, either std sqrt(0.5 / 1) -> 0.707007
+    close(alone, [0, 0, -a, a])
+
+
 def test_excluded_rewards_leave_group_statistics():
     # [1, NaN, 0, 1]: valid 3, mean 2/3, deviations 1/3,-2/3,1/3 -> var (6/9)/2 = 1/3, std 0.577350
     a_ = adv("grpo", torch.tensor([1.0, nan, 0, 1]), 4)

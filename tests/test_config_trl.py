@@ -6,7 +6,7 @@ from aha.config import ConfigError, GRPOConfig, SFTConfig, parse_args
 from aha.config.trl import UNSUPPORTED
 
 
-@pytest.mark.parametrize("value, estimator", [("group", "grpo"), (True, "grpo"), ("batch", "batch"),
+@pytest.mark.parametrize("value, estimator", [("group", "grpo"), (True, "grpo"), ("batch", "batch_rewards"),
                                               ("none", "dr_grpo"), (False, "dr_grpo")])
 def test_scale_rewards_picks_the_advantage_normalisation(value, estimator):
     assert GRPOConfig(scale_rewards=value).advantage_estimator == estimator

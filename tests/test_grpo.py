@@ -153,20 +153,45 @@ def test_half_written_checkpoint_is_ignored(tiny_dir, tmp_path):
     assert t.step_count == 1
 
 
-def test_skipping_zero_advantage_sequences_changes_nothing(tiny_dir, tmp_path):
+@pytest.mark.parametrize("quantile", [1.0, 0.5])
+def test_skipping_zero_advantage_sequences_changes_nothing(tiny_dir, tmp_path, quantile):
+    """The same weights and clip fractions with and without the skip; with top_entropy_quantile < 1 nothing is
+    skipped (a pass's entropy threshold is taken over all its tokens)."""
     def half_constant(prompts, completions, **kw):  # even groups all 1 (zero std), odd groups graded
         return [1.0 if (i // 4) % 2 == 0 else digit_share(None, [c])[0] for i, c in enumerate(completions)]
 
     runs = []
-    for skip in (True, False):
+    for skip in (True, False):  # two optimizer steps per batch: the second one's ratios clip at epsilon 1e-3
         t = GRPOTrainer(model=tiny_dir, reward_funcs=[half_constant],
-                        args=args(tmp_path / str(skip), skip_zero_advantage=skip, max_steps=2), train_dataset=PROMPTS)
+                        args=args(tmp_path / str(skip), skip_zero_advantage=skip, max_steps=2, epsilon=1e-3,
+                                  per_device_train_batch_size=4, generation_batch_size=8,
+                                  top_entropy_quantile=quantile), train_dataset=PROMPTS)
         m = t.train()
         runs.append((params(t.model), m))
     (a, ma), (b, mb) = runs
-    assert ma["train/trained_frac"] < 1.0 and mb["train/trained_frac"] == 1.0
+    assert ma["train/trained_frac"] == (1.0 if quantile < 1 else 0.5) and mb["train/trained_frac"] == 1.0
     for n in a:
         torch.testing.assert_close(a[n], b[n], rtol=0, atol=1e-6)
+    assert ma["clip/low"] + ma["clip/high"] > 0  # something clipped, and counted over the same tokens
+    assert (ma["clip/low"], ma["clip/high"]) == pytest.approx((mb["clip/low"], mb["clip/high"]), rel=1e-6)
+
+
+def test_a_batch_split_over_optimizer_steps_uses_its_sampling_log_probs(tiny_dir, tmp_path, monkeypatch):
+    """With more completions per step than one optimizer step takes, the later steps' ratios are against the
+    log-probs the batch was sampled with, not the current weights (which would make every ratio 1)."""
+    import aha.train.learner as learner_mod
+    real, gaps = learner_mod.algos.policy_loss, []
+
+    def spy(logp, old_logp, adv, mask, *rest, **kw):
+        gaps.append(float(((logp.detach() - old_logp).abs() * mask).max()))
+        return real(logp, old_logp, adv, mask, *rest, **kw)
+
+    monkeypatch.setattr(learner_mod.algos, "policy_loss", spy)
+    _run(tiny_dir, tmp_path, "split", max_steps=1, learning_rate=0.1, per_device_train_batch_size=4,
+         generation_batch_size=8, skip_zero_advantage=False)
+    assert len(gaps) == 2                # one pass per optimizer step
+    assert gaps[0] < 1e-5                # nothing moved yet
+    assert gaps[1] > 1e-3                # the first step moved the weights; the ratio sees it
 
 
 def test_micro_batches_equal_one_big_batch(tiny_dir, tmp_path, monkeypatch):

@@ -218,13 +218,15 @@ class GRPOConfig(TrainConfig):
     importance_sampling_level: Literal["token", "sequence"] = "token"
     """token: PPO/GRPO ratios; sequence: GSPO's geometric-mean sequence ratio."""
     advantage_estimator: str = "grpo"
-    """grpo (group std), dr_grpo (no std), batch (batch std, REINFORCE++), rloo (leave-one-out)."""
+    """grpo (group std), dr_grpo (no std), batch (std of the centred rewards over the batch, REINFORCE++),
+    batch_rewards (std of the batch's rewards, TRL's scale_rewards=batch), rloo (leave-one-out)."""
     loss_type: str = "dapo"
     """Loss aggregation: grpo (per-sequence mean), dapo (batch token mean), dr_grpo (fixed length)."""
     mask_truncated_completions: bool = False
     """Leave completions that hit max_completion_length out of the loss."""
     skip_zero_advantage: bool = True
-    """With beta=0, skip forward/backward for sequences whose advantage is exactly 0 (same result)."""
+    """With beta=0 (and top_entropy_quantile=1), skip forward/backward for sequences whose advantage is exactly 0
+    (same result)."""
     max_tokens_per_micro_batch: int = 0
     """0: every forward/backward pass takes per_device_train_batch_size sequences. N > 0: length-sorted
     sequences are grouped so that no pass pads past N tokens (sequences x (longest prompt + longest

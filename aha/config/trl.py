@@ -8,9 +8,10 @@ from typing import Any, Callable
 
 from .errors import ConfigError
 
-SCALE_REWARDS = {"group": "grpo", True: "grpo", "true": "grpo", "batch": "batch", "none": "dr_grpo", False: "dr_grpo",
-                 "false": "dr_grpo"}
-"""TRL's scale_rewards -> aha's advantage_estimator: divide by the group's std, the batch's, or by nothing."""
+SCALE_REWARDS = {"group": "grpo", True: "grpo", "true": "grpo", "batch": "batch_rewards", "none": "dr_grpo",
+                 False: "dr_grpo", "false": "dr_grpo"}
+"""TRL's scale_rewards -> aha's advantage_estimator: divide r - group mean by the group's std, by the std of the
+batch's rewards, or by nothing."""
 
 
 def _scale_rewards(value: Any, kwargs: dict) -> dict:

@@ -136,14 +136,16 @@ class Learner:
         mb = a.per_device_train_batch_size * a.gradient_accumulation_steps
         keep = ~batch.truncated if a.mask_truncated_completions else torch.ones(N, dtype=torch.bool)  # [N]
         n_tok = torch.tensor([len(c) for c in batch.completion_ids]) * keep          # [N]
-        old = self.frozen_logprobs(batch, reference=False) if a.num_iterations > 1 else None
+        reused = a.num_iterations > 1 or N > mb  # a later optimizer step sees weights that moved since sampling
+        old = self.frozen_logprobs(batch, reference=False) if reused else None
         ref = self.frozen_logprobs(batch, reference=True) if a.beta > 0 else None
         trainable = keep & (n_tok > 0)                                               # [N]
-        if a.skip_zero_advantage and a.beta == 0:
-            trainable &= batch.advantages != 0   # such sequences add exactly 0 to loss and gradient
+        if a.skip_zero_advantage and a.beta == 0 and a.top_entropy_quantile >= 1.0:
+            trainable &= batch.advantages != 0   # such sequences add exactly 0 to loss and gradient (the
+            # entropy quantile is taken over a pass's tokens, so it needs them all)
         order_key = self._order_key(batch)
         reduce = self._all_reduce if self.world > 1 else None
-        sums, grad_norms, skipped = LossSums(), [], 0
+        sums, grad_norms, skipped, loss_tokens = LossSums(), [], 0, 0
         self.model.train()
         for _ in range(a.num_iterations):
             order = torch.randperm(N, generator=self.generator)
@@ -165,9 +167,10 @@ class Learner:
                     skipped += 1
                 else:
                     sums, grad_norms = sums + minibatch, grad_norms + [norm]
+                    loss_tokens += denom["num_tokens"]
         self.version += 1
         self.sync_reference()
-        return self._metrics(self._gather(sums), grad_norms, skipped, trainable, ref is not None)
+        return self._metrics(self._gather(sums), grad_norms, skipped, trainable, ref is not None, loss_tokens)
 
     def _order_key(self, batch: GRPOBatch) -> Callable[[int], tuple]:
         """Sort key of sequence i for cutting passes: its length (little padding); with share_prompts, whole
@@ -203,10 +206,13 @@ class Learner:
         return out + [cur] if cur else out
 
     def _metrics(self, sums: LossSums, grad_norms: list[float], skipped: int, trainable: Tensor,
-                 with_kl: bool) -> tuple[LossSums, dict[str, float]]:
+                 with_kl: bool, loss_tokens: int) -> tuple[LossSums, dict[str, float]]:
+        """Token means: clip/* over every completion token in the loss (a skipped sequence's advantage is 0, so
+        none of its tokens is clipped), as TRL counts them; entropy, kl and offpolicy/* over the tokens trained on."""
         steps, per_token = len(grad_norms), sums.tokens or math.nan  # nothing trained: NaN, not 0
+        in_loss = loss_tokens or math.nan
         metrics = {"loss": sums.loss / steps if steps else math.nan, "entropy": sums.entropy / per_token,
-                   "clip/low": sums.clip_low / per_token, "clip/high": sums.clip_high / per_token,
+                   "clip/low": sums.clip_low / in_loss, "clip/high": sums.clip_high / in_loss,
                    "grad_norm": sum(grad_norms) / steps if steps else math.nan,
                    "train/nonfinite_skipped": float(skipped), "train/trained_frac": trainable.float().mean().item()}
         if with_kl:

@@ -119,7 +119,6 @@ def test_effective_config_is_saved(tiny_dir, tmp_path):
     (dict(temperature=-1), r"temperature must be > 0"),
     (dict(top_p=0), r"top_p must be in \(0, 1\]"),
     (dict(max_completion_length=0), r"max_completion_length must be >= 1"),
-    (dict(max_steps=0), r"max_steps must be >= 1"),
     (dict(max_steps=-3), r"max_steps must be >= 0"),
     (dict(save_steps=-1), r"save_steps must be >= 0"),
     (dict(learning_rate=-1), r"learning_rate must be >= 0, got -1.0"),
@@ -151,7 +150,7 @@ def test_derived_values_are_computed_once_in_the_config():
     cfg = GRPOConfig(num_generations=4, per_device_train_batch_size=4, gradient_accumulation_steps=2,
                      generation_batch_size=16, num_iterations=2, max_steps=10)
     # 10 steps x 2 passes x (16 completions / (4 x 2) per optimizer step) = 40 optimizer steps
-    assert cfg.prompts_per_step == 4 and cfg.optimizer_steps == 40
+    assert cfg.prompts_per_step == 4 and cfg.optimizer_steps_per_step * cfg.max_steps == 40
 
 
 def test_help_names_the_allowed_values():

@@ -88,6 +88,13 @@ def test_num_train_epochs_sets_the_steps_from_the_dataset(tiny_dir, tmp_path):
     assert t.step_count == 3
 
 
+def test_a_set_max_steps_wins_over_num_train_epochs(tiny_dir, tmp_path):
+    """TRL's rule: a positive max_steps overrides num_train_epochs; neither set: 100 steps."""
+    assert _trainer(tiny_dir, tmp_path / "a", num_train_epochs=1.0, max_steps=2).max_steps == 2
+    assert _trainer(tiny_dir, tmp_path / "b", num_train_epochs=1.0).max_steps == 15  # 30 prompts, 2 a step
+    assert GRPOConfig().max_steps == 100 and GRPOConfig(num_train_epochs=1.0).max_steps == 0
+
+
 def test_sync_ref_model_mixes_the_policy_into_the_reference(tiny_dir, tmp_path):
     import torch
     t = _trainer(tiny_dir, tmp_path, max_steps=2, beta=0.1, sync_ref_model=True, ref_model_sync_steps=2,
@@ -114,3 +121,16 @@ def test_disable_dropout_and_top_entropy_quantile(tiny_dir, tmp_path):
     assert all(m.attention_dropout == 0.0 for m in t.model.modules() if hasattr(m, "attention_dropout"))
     m = t.train()
     assert m["train/trained_frac"] > 0 and m["grad_norm"] > 0
+
+
+def test_a_model_object_gets_gradient_checkpointing_as_a_path_does(tiny_dir, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from aha.train.grpo import GRPOTrainer
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir)
+    assert not model.is_gradient_checkpointing
+    t = GRPOTrainer(model=model, processing_class=AutoTokenizer.from_pretrained(tiny_dir),
+                    reward_funcs=[lambda completions, **kw: [float(len(c)) for c in completions]],
+                    args=GRPOConfig(output_dir=str(tmp_path / "run"), num_generations=4, per_device_train_batch_size=8,
+                                    gradient_checkpointing=True, report_to=["none"], progress_bar=False),
+                    train_dataset=[{"prompt": f"{a}+{a}="} for a in range(10)])
+    assert t.model.is_gradient_checkpointing

@@ -14,6 +14,9 @@ from typing import Any, Literal, Optional
 from ..behaviour import DEFAULT_REFLECTION_PHRASES
 from .parse import ConfigError, checked
 
+DEFAULT_GRPO_STEPS = 100
+"""GRPO steps when neither max_steps nor num_train_epochs is set."""
+
 DType = Literal["float32", "bfloat16", "float16", "auto"]
 
 
@@ -249,8 +252,11 @@ class GRPOConfig(TrainConfig):
     """Most sequences decoded at once (it bounds the KV cache's memory). The prompts beyond it wait for the next
     batch; with AHA_ADMIT_FRACTION=0.25 in the environment their rows join the running batch as its rows finish
     (Llama-layout models decoded without CUDA graphs; see aha/rollout/hf.py)."""
+    max_steps: int = 0
+    """GRPO steps (generate-score-update rounds). 0: num_train_epochs' worth when that is set, else 100. A
+    positive value wins over num_train_epochs, as in TRL."""
     num_train_epochs: Optional[float] = None
-    """Passes over the training prompts; when set, max_steps is derived from the dataset size (TRL's name)."""
+    """Passes over the training prompts; with max_steps 0, the steps are derived from the dataset size (TRL's name)."""
     disable_dropout: bool = False
     """Set every dropout probability of the policy and reference to 0, so log-probs are deterministic."""
     sync_ref_model: bool = False
@@ -321,7 +327,6 @@ class GRPOConfig(TrainConfig):
         self._check_distributed()
         require_all(self, {
             "dynamic_sampling_max_rounds": (non_negative, ">= 0"),
-            "max_steps": (at_least_one, ">= 1"),
             "num_generations": (lambda v: v >= 2, ">= 2 for group-relative advantages"),
             "max_completion_length": (at_least_one, ">= 1"),
             "temperature": (finite(positive), "> 0 (GRPO samples from the policy and divides its logits by the "
@@ -349,6 +354,8 @@ class GRPOConfig(TrainConfig):
             "log_groups_max_mb": (finite(positive), "> 0"),
             "dashboard_port": (lambda v: 0 <= v < 65536, "in [0, 65535] (0: any free port)"),
         })
+        if self.max_steps == 0 and self.num_train_epochs is None:
+            self.max_steps = DEFAULT_GRPO_STEPS
         G, micro, accum = self.num_generations, self.per_device_train_batch_size, self.gradient_accumulation_steps
         if self.generation_batch_size is None:
             self.generation_batch_size = micro * accum
@@ -403,10 +410,11 @@ class GRPOConfig(TrainConfig):
         return self.generation_batch_size // self.num_generations
 
     @property
-    def optimizer_steps(self) -> int:
-        """Optimizer steps in the whole run: per step, num_iterations passes over N / (micro * accum) minibatches."""
+    def optimizer_steps_per_step(self) -> int:
+        """Optimizer steps a GRPO step takes: num_iterations passes over N / (micro * accum) minibatches (TRL's
+        max_steps, logging_steps and save_steps count these; aha's count GRPO steps)."""
         minibatch = self.per_device_train_batch_size * self.gradient_accumulation_steps
-        return self.max_steps * self.num_iterations * (self.generation_batch_size // minibatch)
+        return self.num_iterations * (self.generation_batch_size // minibatch)
 
 
 @checked

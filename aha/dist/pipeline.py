@@ -85,7 +85,7 @@ class Pipeline:
             model, t.tokenizer, t.engine_factory, a) for i in range(R)]
         self.reward = [cluster.actor(RewardWorker, self.group, R + i, a.max_worker_restarts).remote(
             t.reward_funcs, a.reward_timeout) for i in range(W)]
-        total = a.optimizer_steps // a.max_steps * t.max_steps
+        total = a.optimizer_steps_per_step * t.max_steps
         self.learners = [cluster.actor(LearnerWorker, self.group, R + W + i, 0).remote(
             a, model, t.tokenizer.pad_token_id, total) for i in range(L)]
         self._join_learners()

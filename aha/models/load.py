@@ -106,9 +106,14 @@ def load_model(name_or_path: str, dtype: str = "float32", attn_implementation: s
         raise ValueError(f"cannot load model from {source}: {type(e).__name__}: {reason}") from e
     model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        model.config.use_cache = False  # generation passes use_cache=True explicitly
+        enable_checkpointing(model)
     return model
+
+
+def enable_checkpointing(model) -> None:
+    """Recompute each layer in the backward instead of keeping its activations."""
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.config.use_cache = False  # generation passes use_cache=True explicitly
 
 
 def cache_arg(model) -> str:
@@ -175,6 +180,11 @@ def setup_model(cfg, model=None, tokenizer=None, peft_config=None):
                            cfg.gradient_checkpointing)
     elif tokenizer is None:
         raise ValueError("a model object needs its tokenizer: pass processing_class=...")
+    else:  # a model object is treated as one loaded by name: on the GPU where there is one, checkpointing as asked
+        if torch.cuda.is_available() and next(model.parameters()).device.type == "cpu":
+            model.to("cuda")
+        if cfg.gradient_checkpointing and not model.is_gradient_checkpointing:
+            enable_checkpointing(model)
     ensure_pad_token(tokenizer)
     if peft_config is None and cfg.use_lora:
         from peft import LoraConfig

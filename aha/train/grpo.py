@@ -135,9 +135,9 @@ class GRPOTrainer(Trainer):
             raise ValueError("sync_ref_model needs a separate reference model; with LoRA the reference is the "
                              "base model with adapters disabled")
         self.prompt_ids = {} if self.streaming else self._encode_all()
-        self._max_steps = self._steps_for_epochs() if args.num_train_epochs else args.max_steps
+        self._max_steps = args.max_steps or self._steps_for_epochs()  # a set max_steps wins, as in TRL
         self.learner = Learner(args, self.model, self.tokenizer.pad_token_id, self.generator,
-                               args.optimizer_steps // args.max_steps * self._max_steps)
+                               args.optimizer_steps_per_step * self._max_steps)
         self.ref_model, self.optimizer, self.scheduler = (self.learner.ref_model, self.learner.optimizer,
                                                           self.learner.scheduler)
         self.engine_factory = engine_factory or HFEngine.for_model

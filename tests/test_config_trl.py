@@ -21,8 +21,12 @@ def test_an_explicit_aha_field_wins_over_its_alias():
 def test_log_completions_and_eval_strategy():
     assert GRPOConfig(log_completions=True, logging_steps=5).log_completions_steps == 5
     assert GRPOConfig(log_completions=False).log_completions_steps == 0
-    assert GRPOConfig(eval_strategy="no", eval_steps=10).eval_steps == 10  # the explicit field wins
     assert GRPOConfig(eval_strategy="no").eval_steps == 0
+    with pytest.raises(ConfigError, match="eval_strategy='no' with eval_steps=10"):
+        GRPOConfig(eval_strategy="no", eval_steps=10)
+    # transformers: 'steps' without eval_steps evaluates every logging_steps; an explicit eval_steps wins
+    assert GRPOConfig(eval_strategy="steps", logging_steps=5).eval_steps == 5
+    assert GRPOConfig(eval_strategy="steps", logging_steps=5, eval_steps=20).eval_steps == 20
     with pytest.raises(ConfigError, match="eval_strategy: 'epoch'"):
         GRPOConfig(eval_strategy="epoch")
 
@@ -31,9 +35,19 @@ def test_log_completions_and_eval_strategy():
                                  "min_p", "repetition_penalty"])
 def test_unsupported_trl_fields_say_so_and_what_to_use(key):
     with pytest.raises(ConfigError, match=rf"'{key}' is a TRL GRPOConfig field aha does not support: \w"):
-        GRPOConfig(**{key: 1})
+        GRPOConfig(**{key: 2})
     with pytest.raises(ConfigError, match=rf"'{key}' is a TRL GRPOConfig field aha does not support"):
-        parse_args(GRPOConfig, [f"{key}=1"])
+        parse_args(GRPOConfig, [f"{key}=2"])
+
+
+def test_trl_settings_that_ask_for_what_aha_does_are_taken():
+    given = dict(use_vllm=False, remove_unused_columns=False, save_strategy="steps", optim="adamw_torch",
+                 max_prompt_length=None, repetition_penalty=1.0)
+    assert GRPOConfig(**given) == GRPOConfig()
+    assert parse_args(GRPOConfig, ["use_vllm=false", "optim=adamw_torch", "max_prompt_length=null"]) == GRPOConfig()
+    for key, value in [("use_vllm", True), ("save_strategy", "no"), ("optim", "sgd"), ("max_prompt_length", 512)]:
+        with pytest.raises(ConfigError, match=rf"'{key}' is a TRL GRPOConfig field aha does not support"):
+            GRPOConfig(**{key: value})
 
 
 def test_a_name_that_is_an_aha_field_is_never_refused():
@@ -127,10 +141,11 @@ def test_a_model_object_gets_gradient_checkpointing_as_a_path_does(tiny_dir, tmp
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from aha.train.grpo import GRPOTrainer
     model = AutoModelForCausalLM.from_pretrained(tiny_dir)
-    assert not model.is_gradient_checkpointing
+    on = lambda m: any(getattr(x, "gradient_checkpointing", False) for x in m.modules())  # noqa: E731
+    assert not on(model)
     t = GRPOTrainer(model=model, processing_class=AutoTokenizer.from_pretrained(tiny_dir),
                     reward_funcs=[lambda completions, **kw: [float(len(c)) for c in completions]],
                     args=GRPOConfig(output_dir=str(tmp_path / "run"), num_generations=4, per_device_train_batch_size=8,
                                     gradient_checkpointing=True, report_to=["none"], progress_bar=False),
                     train_dataset=[{"prompt": f"{a}+{a}="} for a in range(10)])
-    assert t.model.is_gradient_checkpointing
+    assert on(t.model)

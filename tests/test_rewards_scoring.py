@@ -173,3 +173,35 @@ def test_a_reward_returning_something_other_than_a_list_is_named(returned):
     with pytest.raises(ValueError, match=rf"reward function odd returned {type(returned).__name__} .*expected a list "
                                          r"of 2 values"):
         score_completions([odd], ["p"] * 2, ["c"] * 2, {})
+
+
+@pytest.mark.parametrize("spec", ["Qwen/Qwen2.5-0.5B-reward", torch.nn.Linear(2, 1)])
+def test_a_reward_model_is_refused_with_what_to_do_instead(spec):
+    """TRL takes a model id or a model as a reward; aha says it does not and how to wrap one."""
+    from aha.train.grpo import resolve_reward_funcs
+    with pytest.raises(TypeError, match="aha takes no reward models .* wrap yours in a function"):
+        resolve_reward_funcs([spec])
+
+
+def test_log_metric_values_are_a_mean_over_calls_and_log_extra_says_what_to_use():
+    from aha.rewards.scoring import merge_reward_metrics
+
+    def logs(completions, log_metric, **kw):
+        for c in completions:
+            log_metric("chars", len(c))
+        return [0.0] * len(completions)
+
+    _, m = score_completions([logs], ["p"] * 3, ["a", "bb", "cccccc"], {})
+    assert m["reward/logged/chars"] == 3.0  # (1 + 2 + 6) / 3
+    # per-group calls merged: a mean over the calls that logged it (here 3.0 and 1.0), not a sum
+    merged = merge_reward_metrics([logs], [m, {"reward/logged/chars": 1.0}, {}], torch.zeros(3, 1))
+    assert merged["reward/logged/chars"] == 2.0
+
+    def extra(completions, log_extra, **kw):
+        log_extra("note", ["x"] * len(completions))
+        return [0.0] * len(completions)
+
+    rewards, m = score_completions([extra], ["p"], ["a"], {})
+    assert m["reward/errors"] == 1.0 and math.isnan(rewards[0, 0])
+    from aha.rewards.scoring import last_failure
+    assert "log_metric(name, value) instead" in str(last_failure("extra"))

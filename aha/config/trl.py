@@ -26,11 +26,15 @@ def _log_completions(value: Any, kwargs: dict) -> dict:
 
 
 def _eval_strategy(value: Any, kwargs: dict) -> dict:
+    """'steps' without eval_steps evaluates every logging_steps steps, as transformers does; 'no' never."""
     if value in ("no", "none", None):
+        if kwargs.get("eval_steps"):
+            raise ConfigError(f"eval_strategy={value!r} with eval_steps={kwargs['eval_steps']}: evaluate every "
+                              "eval_steps steps ('steps') or never ('no'), not both")
         return {"eval_steps": 0}
     if value != "steps":
         raise ConfigError(f"eval_strategy: {value!r}: aha evaluates every eval_steps steps ('steps') or not ('no')")
-    return {}
+    return {"eval_steps": int(kwargs.get("logging_steps", 1))}
 
 
 ALIASES: dict[str, Callable[[Any, dict], dict]] = {
@@ -61,6 +65,14 @@ UNSUPPORTED: dict[str, str] = {
 }
 """TRL name -> why aha does not take it, and what to use instead."""
 
+ALREADY: dict[str, tuple] = {
+    "use_vllm": (False,), "remove_unused_columns": (False,), "save_strategy": ("steps",),
+    "optim": ("adamw_torch", "adamw_torch_fused"), "max_prompt_length": (None,), "steps_per_generation": (None,),
+    "model_init_kwargs": (None,), "use_liger_loss": (False, None), "min_p": (None,), "repetition_penalty": (1.0, 1),
+    "generation_kwargs": (None,), "chat_template_kwargs": (None,), "cast_lm_head_to_fp32": (True,),
+}
+"""Values of unsupported TRL fields that ask for what aha does anyway: taken, and nothing changes."""
+
 
 def translate(kwargs: dict[str, Any], fields: set[str]) -> dict[str, Any]:
     """Replace TRL aliases by aha's `fields` (an explicit aha field wins); refuse unsupported TRL fields.
@@ -72,6 +84,9 @@ def translate(kwargs: dict[str, Any], fields: set[str]) -> dict[str, Any]:
         if key in ALIASES:
             for field, mapped in ALIASES[key](value, kwargs).items():
                 out.setdefault(field, mapped)
+        if key in ALREADY and any(value is v or value == v and type(value) is type(v) for v in ALREADY[key]):
+            out.pop(key, None)
+            continue
         if key in UNSUPPORTED or key.startswith("vllm_"):
             why = UNSUPPORTED.get(key, UNSUPPORTED["use_vllm"])
             raise ConfigError(f"'{key}' is a TRL GRPOConfig field aha does not support: {why}")

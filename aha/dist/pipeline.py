@@ -18,7 +18,6 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 
 import torch
 
@@ -134,7 +133,7 @@ class Pipeline:
             texts = self.t.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
             c.gen = ray.put({"rollout": out, "texts": texts, "sync_s": 0.0, "sync_bytes": 0,
                              "busy_s": time.perf_counter() - t0})
-        state = SimpleNamespace(global_step=c.step, max_steps=self.t.max_steps)
+        state = self.t.trainer_state(c.step)
         c.score = self.reward[c.worker % len(self.reward)].score.remote(c.gen, c.rows, state) if self.reward else None
 
     def _collect(self, c: Chunk):

@@ -111,8 +111,12 @@ def load_model(name_or_path: str, dtype: str = "float32", attn_implementation: s
 
 
 def enable_checkpointing(model) -> None:
-    """Recompute each layer in the backward instead of keeping its activations."""
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    """Recompute each layer in the backward instead of keeping its activations (the method's name since
+    transformers 5.2x, and the one before it)."""
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.config.use_cache = False  # generation passes use_cache=True explicitly
 
 
@@ -183,7 +187,7 @@ def setup_model(cfg, model=None, tokenizer=None, peft_config=None):
     else:  # a model object is treated as one loaded by name: on the GPU where there is one, checkpointing as asked
         if torch.cuda.is_available() and next(model.parameters()).device.type == "cpu":
             model.to("cuda")
-        if cfg.gradient_checkpointing and not model.is_gradient_checkpointing:
+        if cfg.gradient_checkpointing:
             enable_checkpointing(model)
     ensure_pad_token(tokenizer)
     if peft_config is None and cfg.use_lora:

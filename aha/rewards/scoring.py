@@ -14,7 +14,10 @@ from typing import Any, Callable, Iterable
 
 logger = logging.getLogger(__name__)
 
-TRL_ARGUMENTS = {"prompts", "completions", "completion_ids", "trainer_state"}
+TRL_ARGUMENTS = {"prompts", "completions", "completion_ids", "trainer_state", "log_metric", "log_extra"}
+LOGGED = "reward/logged/"
+"""Metrics a reward function gives through TRL's `log_metric(name, value)`: reward/logged/<name>, the mean of the
+values logged in the step."""
 _LOGGED: set[str] = set()  # functions whose traceback was already logged
 _LAST_FAILURE: dict[str, BaseException] = {}  # function name -> the exception of its latest failed call
 _LOGGED_LOCK = threading.Lock()
@@ -219,6 +222,9 @@ def score_completions(reward_funcs: list[Callable], prompts: list, completions: 
         kwargs["completion_ids"] = completion_ids
     if trainer_state is not None:
         kwargs["trainer_state"] = trainer_state  # as TRL passes it: curricula read trainer_state.global_step
+    logged: dict[str, list[float]] = {}
+    kwargs["log_metric"] = lambda name, value: logged.setdefault(str(name), []).append(float(value))
+    kwargs["log_extra"] = _no_log_extra
     async_idx = [i for i, fn in enumerate(reward_funcs) if _is_async(fn)]
     outcomes: list[Any] = [None] * len(reward_funcs)
     async_outcomes = _start_async([reward_funcs[i] for i in async_idx], timeout_s, **kwargs) if async_idx else None
@@ -250,7 +256,14 @@ def score_completions(reward_funcs: list[Callable], prompts: list, completions: 
         if callable(pop):
             for key, value in pop().items():
                 metrics[f"reward/{key}"] = metrics.get(f"reward/{key}", 0.0) + float(value)
+    metrics.update({LOGGED + name: sum(values) / len(values) for name, values in logged.items()})
     return rewards, metrics
+
+
+def _no_log_extra(column: str, values: list) -> None:
+    raise NotImplementedError(f"log_extra({column!r}, ...): aha writes each completion with its prompt and rewards "
+                              "to completions.jsonl (log_completions_steps) and takes no extra columns; report a "
+                              "number with log_metric(name, value) instead")
 
 
 def score_groups(reward_funcs: list[Callable], rows: list[dict], texts: list[str], n: int,
@@ -293,6 +306,8 @@ def merge_reward_metrics(reward_funcs: list[Callable], parts: list[dict[str, flo
     for part in parts:
         for key, value in part.items():
             merged[key] = max(merged.get(key, 0.0), value) if key.endswith("/failed") else merged.get(key, 0.0) + value
+    for key in [k for k in merged if k.startswith(LOGGED)]:  # a mean: over the calls that logged it
+        merged[key] /= sum(key in part for part in parts)
     merged.update({f"reward/{reward_name(fn)}/none_frac": _none_frac(rewards[:, j]) for j, fn in enumerate(reward_funcs)})
     return {**merged, **column_metrics(reward_funcs, rewards)}
 

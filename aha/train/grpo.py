@@ -17,7 +17,6 @@ import math
 import queue
 import threading
 import time
-from types import SimpleNamespace
 from typing import Callable
 
 import torch
@@ -86,6 +85,10 @@ def resolve_reward_funcs(specs: list, kwargs: dict | None = None) -> list[Callab
     """Callables pass through; names come from aha.rewards; "module:function" is imported."""
     out = []
     for spec in specs:
+        if isinstance(spec, torch.nn.Module) or isinstance(spec, str) and "/" in spec and ":" not in spec:
+            raise TypeError(f"reward function {spec if isinstance(spec, str) else type(spec).__name__!r}: aha takes "
+                            "no reward models (TRL's model-id reward); wrap yours in a function "
+                            "f(prompts, completions, **kw) -> list[float] that runs it")
         if callable(spec):
             out.append(spec)
         elif isinstance(spec, str) and ":" in spec:
@@ -165,6 +168,13 @@ class GRPOTrainer(Trainer):
     @property
     def max_steps(self) -> int:
         return self._max_steps
+
+    def trainer_state(self, step: int):
+        """The transformers TrainerState a reward function gets as `trainer_state` at GRPO step `step`, as TRL
+        passes it (global_step, max_steps, epoch: passes over the prompts so far; None for a streaming dataset)."""
+        from transformers import TrainerState
+        epoch = None if self.streaming else step * self.args.prompts_per_step / len(self.rows)
+        return TrainerState(global_step=step, max_steps=self.max_steps, epoch=epoch)
 
     def _steps_for_epochs(self) -> int:
         """TRL's num_train_epochs: steps of B prompts that make that many passes over the prompts."""
@@ -325,7 +335,7 @@ class GRPOTrainer(Trainer):
               ) -> tuple[GRPOBatch, dict[str, float]]:
         """A Rollout of G completions per row -> the scored GRPOBatch (advantages 0 until `assemble`)."""
         texts = texts if texts is not None else self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
-        state = SimpleNamespace(global_step=self.step_count, max_steps=self.max_steps)  # TRL's TrainerState fields
+        state = self.trainer_state(self.step_count)
         rpf, metrics = score_groups(self.reward_funcs, rows, texts, self.args.num_generations, out.completion_ids,
                                     state, self.args.reward_timeout)                # [N,F]
         return self.make_batch(rows, prompt_ids, out, texts, rpf), metrics

@@ -178,6 +178,18 @@ def test_pool_recovers_when_a_worker_is_killed_from_outside():
     assert pool.map([{"pred": r"\sqrt{4}", "gold": "2"}], limit) == [("ok", {"gold_ok": True, "equal": True})]
 
 
+def test_a_call_cut_by_reward_timeout_leaves_no_task_for_the_next_call():
+    """reward_timeout interrupts MathReward mid-map; the next, shorter call must not see the cut call's tasks."""
+    from aha.rewards import score_completions
+    reward = MathReward(timeout_s=2.0, max_exponent_digits=None)  # towers reach the pool and run until cut
+    reward(None, ["\\boxed{\\sqrt{4}}"], answer=["2"])  # a warm pool: the cut lands mid-map, not mid-start
+    towers = [rf"\boxed{{{k}^{{10^{{10}}}}}}" for k in range(2, 10)]
+    _, metrics = score_completions([reward], ["q"] * 8, towers, {"answer": ["5"] * 8}, timeout_s=0.3)
+    assert metrics["reward/call_timeouts"] == 1.0
+    rewards, metrics = score_completions([reward], ["q"], [r"\boxed{\sqrt{4}}"], {"answer": ["2"]}, timeout_s=30.0)
+    assert rewards[:, 0].tolist() == [1.0] and metrics["reward/errors"] == 0.0
+
+
 def test_workers_run_under_the_memory_cap():
     pool = symbolic_pool(memory_mb=512)
     assert pool.map([{"pred": "2", "gold": "2"}], 30.0)[0][0] == "ok"

@@ -58,6 +58,10 @@ class _Zygote:
         except (OSError, ValueError):
             ours.close()
             raise OSError("worker zygote is gone") from None
+        except BaseException:  # cut short before the reply: the next fork would read this pid, so start afresh
+            ours.close()
+            self.close()
+            raise
         finally:
             theirs.close()
         return pid, ours
@@ -146,13 +150,14 @@ class _Run:
     def hand_out(self) -> None:
         for w in list(self.pool._workers):
             if w.ready and w.task is None and self.todo:
+                # Marked busy before the send: a call cut short mid-send must not leave it looking idle.
+                w.task, w.deadline = self.todo.pop(), time.monotonic() + self.timeout_s
                 try:
-                    w.send(self.tasks[self.todo[-1]])
+                    w.send(self.tasks[w.task])
                 except OSError:  # died while idle; the task waits for the next worker
+                    self.todo.append(w.task)
                     w.dead = True
                     self.replace(w)
-                    continue
-                w.task, w.deadline = self.todo.pop(), time.monotonic() + self.timeout_s
 
     def read(self, w: _Worker) -> None:
         lines = w.read_lines()
@@ -246,6 +251,11 @@ class WorkerPool:
                 for key, _ in run.sel.select(timeout=max(0.0, min(waits + [1.0]))):
                     run.read(key.data)
                 run.expire(time.monotonic())
+        except BaseException:  # cut short (reward_timeout, Ctrl-C): a task still running belongs to no later call
+            for w in [w for w in self._workers if w.task is not None]:
+                w.kill()
+                self._workers.remove(w)  # the next call starts its replacement
+            raise
         finally:
             run.sel.close()
         self.last_latencies = run.latency

@@ -58,3 +58,17 @@ def test_prompts_encode_as_text_or_through_the_chat_template(tiny_dir):
     assert len(chat) > len(encode_prompt(tok, "1+1"))
     with pytest.raises(TypeError, match="a prompt must be a string or a list of chat messages"):
         encode_prompt(tok, 3)
+
+
+def test_a_string_prompt_gets_the_tokenizers_bos_and_a_chat_prompt_only_the_templates(tiny_dir):
+    """As TRL: a Llama-style tokenizer's BOS starts a plain prompt; a rendered chat template is not given a second."""
+    from tokenizers.processors import TemplateProcessing
+    from aha.models import load_tokenizer
+    tok = load_tokenizer(tiny_dir)
+    plain = tok("1+1", add_special_tokens=False)["input_ids"]
+    tok.add_special_tokens({"bos_token": "<s>"})
+    tok._tokenizer.post_processor = TemplateProcessing(single="<s> $A", special_tokens=[("<s>", tok.bos_token_id)])
+    assert encode_prompt(tok, "1+1") == [tok.bos_token_id] + plain
+    tok.chat_template = "{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor %}="
+    assert encode_prompt(tok, [{"role": "user", "content": "1+1"}]) == [tok.bos_token_id] + plain + \
+        tok("=", add_special_tokens=False)["input_ids"]

@@ -85,11 +85,11 @@ def load_rows(dataset, prompt_column: str | None = "prompt", required: tuple[str
 
 
 def encode_prompt(tokenizer, prompt) -> list[int]:
-    """Prompt token ids: chat prompts through the model's chat template, strings as they are."""
+    """Prompt token ids: chat prompts through the model's chat template (which writes its own special tokens),
+    strings with the tokenizer's special tokens (a Llama-style BOS), as TRL tokenizes them."""
     if is_conversational(prompt):
         text = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
-    elif isinstance(prompt, str):
-        text = prompt
-    else:
-        raise TypeError(f"a prompt must be a string or a list of chat messages, got {type(prompt).__name__}")
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+    if isinstance(prompt, str):
+        return tokenizer(prompt)["input_ids"]
+    raise TypeError(f"a prompt must be a string or a list of chat messages, got {type(prompt).__name__}")

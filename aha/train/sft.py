@@ -29,6 +29,18 @@ def split_example(row: dict, cfg: SFTConfig) -> tuple[object, str]:
                      f"got columns {sorted(row)}")
 
 
+def checked_example(i: int, example: tuple[object, str], cfg: SFTConfig) -> tuple[object, str]:
+    """Row i's (prompt, completion), or an error naming the row and column when either is not text."""
+    prompt, completion = example
+    if not (isinstance(prompt, str) and prompt or is_conversational(prompt)):
+        raise ValueError(f"SFT row {i}: the prompt ({cfg.prompt_column!r}) must be a non-empty string or a list of "
+                         f"chat messages, got {prompt!r}")
+    if not isinstance(completion, str) or not completion:
+        raise ValueError(f"SFT row {i}: the completion ({cfg.completion_column!r}, or the conversation's last "
+                         f"assistant turn) must be a non-empty string, got {completion!r}")
+    return prompt, completion
+
+
 def tokenize_example(tokenizer, prompt, completion: str) -> tuple[list[int], list[int]]:
     """Prompt ids, and completion ids ending with EOS so the model learns to stop."""
     comp = tokenizer(completion, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
@@ -48,7 +60,8 @@ class SFTTrainer(Trainer):
         seed_everything(args.seed)
         rows = load_rows(train_dataset, prompt_column=None)
         self.model, self.tokenizer = setup_model(args, model, processing_class, peft_config)
-        self.examples = [tokenize_example(self.tokenizer, *split_example(r, args)) for r in rows]
+        self.examples = [tokenize_example(self.tokenizer, *checked_example(i, split_example(r, args), args))
+                         for i, r in enumerate(rows)]
         for i, (p, c) in enumerate(self.examples):
             if len(p) + len(c) > args.max_length:
                 raise ValueError(f"example {i} has {len(p) + len(c)} tokens, over max_length {args.max_length}")

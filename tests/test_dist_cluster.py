@@ -50,3 +50,16 @@ def test_workers_spread_over_two_nodes_and_train(tiny_dir, tmp_path, cluster_add
     assert t.step_count == 2 and metrics["dist/groups_trained"] == 2
     if not os.environ.get("AHA_TEST_RAY_ADDRESS"):
         assert _gone(pids)
+
+
+def test_a_ray_address_where_nothing_listens_is_an_error_not_a_hang():
+    import socket
+
+    from aha.dist.cluster import connect
+    with socket.socket() as s:  # a free loopback port, closed again: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    t0 = time.monotonic()
+    with pytest.raises(ConnectionError, match=rf"ray_address='127.0.0.1:{port}': no Ray cluster answers there"):
+        connect(f"127.0.0.1:{port}", 1, timeout_s=5)
+    assert time.monotonic() - t0 < 5

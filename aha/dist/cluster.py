@@ -13,12 +13,28 @@ LOOPBACK = "127.0.0.1"
 """Where a local Ray instance (and its learners' collectives) listens: nothing leaves the machine."""
 
 
-def connect(address: str | None, num_cpus: int) -> bool:
+def reachable(address: str, timeout_s: float) -> None:
+    """Raise ConnectionError naming `address` (host:port) when nothing accepts a connection there within
+    `timeout_s`: ray.init itself would wait for it without end."""
+    import socket
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        return  # "auto" or a ray:// URL: Ray finds or reports it itself
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        raise ConnectionError(f"ray_address={address!r}: no Ray cluster answers there ({e}); start one with "
+                              "`ray start --head` or leave ray_address unset for a local one") from e
+
+
+def connect(address: str | None, num_cpus: int, timeout_s: float = 60.0) -> bool:
     """Join the cluster at `address` ("auto" or host:port), or start a local Ray instance on 127.0.0.1 with at
     least `num_cpus` logical CPUs (so every actor fits; Ray's CPUs are slots, not cores). Returns whether
     this call started Ray (and so should shut it down). The local instance hands its workers this process's
     import path, so reward functions and engines defined in the user's modules unpickle there."""
     import ray
+    if address is not None:
+        reachable(address, timeout_s)
     if ray.is_initialized():
         return False
     os.environ.setdefault("RAY_IGNORE_UNHANDLED_ERRORS", "1")  # calls of dead workers that were re-issued

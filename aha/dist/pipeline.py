@@ -63,7 +63,7 @@ class Pipeline:
         self.busy = {"rollout": 0.0, "reward": 0.0, "learner": 0.0, "sync_s": 0.0, "sync_bytes": 0.0}
         self.reissued = 0
         self.clock = time.perf_counter()
-        self.started_ray = cluster.connect(self.a.ray_address, self._bundles())
+        self.started_ray = cluster.connect(self.a.ray_address, self._bundles(), self.a.dist_timeout)
         try:
             self._start_workers()
         except BaseException:  # nothing half-started outlives a failed set-up

@@ -72,3 +72,14 @@ def test_a_string_prompt_gets_the_tokenizers_bos_and_a_chat_prompt_only_the_temp
     tok.chat_template = "{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor %}="
     assert encode_prompt(tok, [{"role": "user", "content": "1+1"}]) == [tok.bos_token_id] + plain + \
         tok("=", add_special_tokens=False)["input_ids"]
+
+
+def test_a_generator_as_train_dataset_is_refused_with_what_to_pass(tiny_dir, tmp_path):
+    """A generator reads once (its first row went to the column check, and a second epoch found it empty)."""
+    from aha.config import GRPOConfig
+    from aha.train.grpo import GRPOTrainer
+    rows = ({"prompt": f"{i}+1="} for i in range(10))
+    with pytest.raises(ValueError, match="train_dataset is a generator, which can be read only once.*from_generator"):
+        GRPOTrainer(model=tiny_dir, reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
+                    args=GRPOConfig(output_dir=str(tmp_path), report_to=["none"]), train_dataset=rows)
+    assert next(rows)["prompt"] == "0+1="  # nothing was read from it

@@ -37,8 +37,8 @@ def write_jsonl(rows: list[dict], path: str | Path) -> Path:
 
 
 def is_stream(dataset) -> bool:
-    """A dataset read as it is iterated (`datasets.IterableDataset`, `load_dataset(..., streaming=True)`, a
-    generator): no length, possibly endless."""
+    """A dataset read as it is iterated (`datasets.IterableDataset`, `load_dataset(..., streaming=True)`):
+    no length, possibly endless."""
     return (hasattr(dataset, "__iter__") and not hasattr(dataset, "__len__")
             and not isinstance(dataset, (str, bytes, Path, dict)))
 

@@ -122,6 +122,10 @@ class GRPOTrainer(Trainer):
             raise ValueError(f"{len(w)} reward_weights for {len(self.reward_funcs)} reward functions")
         self.reward_weights = torch.tensor(w, dtype=torch.float32)                  # [F]
         self.streaming = is_stream(train_dataset)
+        if self.streaming and iter(train_dataset) is train_dataset:
+            raise ValueError(f"train_dataset is a {type(train_dataset).__name__}, which can be read only once, and "
+                             "training reads its rows again every epoch: pass a list, a datasets.Dataset, or "
+                             "datasets.IterableDataset.from_generator(a function that makes the generator)")
         if self.streaming:  # rows arrive as training reads them (StreamSampler); the first one is checked now
             first = check_row(next(iter(train_dataset), None) or {}, 0, args.prompt_column)
             self.rows: dict[int, dict] | list[dict] = {}

@@ -205,3 +205,17 @@ def test_log_metric_values_are_a_mean_over_calls_and_log_extra_says_what_to_use(
     assert m["reward/errors"] == 1.0 and math.isnan(rewards[0, 0])
     from aha.rewards.scoring import last_failure
     assert "log_metric(name, value) instead" in str(last_failure("extra"))
+
+
+@pytest.mark.parametrize("specs, kwargs, message", [
+    (["math"], {"maht": {"answer_column": "gold"}}, r"reward_kwargs has 'maht', but no reward function is built by "
+                                                    r"that name \(by name: \['math'\]\)"),
+    ([lambda completions, **kw: [0.0]], {"math": {}}, "a task builds its own rewards, set reward_funcs to choose"),
+    (["math"], {"math": 3}, r"reward_kwargs\['math'\] must be a mapping"),
+    (["math"], {"math": {"bogus": 1}}, r"reward 'math' with reward_kwargs \{'bogus': 1\}: .*bogus"),
+])
+def test_reward_kwargs_that_build_nothing_or_cannot_build_are_named(specs, kwargs, message):
+    from aha.train.grpo import resolve_reward_funcs
+    with pytest.raises(ValueError, match=message):
+        resolve_reward_funcs(specs, kwargs)
+    assert resolve_reward_funcs(["math"], {"math": {"answer_column": "gold"}})[0].required_columns == ("gold",)

@@ -38,7 +38,10 @@ def get_reward(name: str, require_format: bool = False, **kwargs: Any) -> Callab
     """
     if name not in REWARDS:
         raise ValueError(f"unknown reward {name!r}; valid names: {', '.join(sorted(REWARDS))}")
-    reward = REWARDS[name](**kwargs)
+    try:
+        reward = REWARDS[name](**kwargs)
+    except TypeError as e:  # an argument the reward does not take, or of the wrong kind
+        raise ValueError(f"reward {name!r} with reward_kwargs {kwargs}: {e}") from e
     return FormatGated(reward) if require_format else reward
 
 

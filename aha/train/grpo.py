@@ -82,7 +82,15 @@ def import_reward(spec: str) -> Callable:
 
 
 def resolve_reward_funcs(specs: list, kwargs: dict | None = None) -> list[Callable]:
-    """Callables pass through; names come from aha.rewards; "module:function" is imported."""
+    """Callables pass through; names come from aha.rewards, built with their `kwargs[name]`; "module:function" is
+    imported. A `kwargs` entry that no name uses, or that is not a mapping, is an error."""
+    names = {spec for spec in specs if isinstance(spec, str) and ":" not in spec}
+    for name, given in (kwargs or {}).items():
+        if name not in names:
+            raise ValueError(f"reward_kwargs has {name!r}, but no reward function is built by that name (by name: "
+                             f"{sorted(names) or 'none; a task builds its own rewards, set reward_funcs to choose'})")
+        if not isinstance(given, dict):
+            raise ValueError(f"reward_kwargs[{name!r}] must be a mapping of argument -> value, got {given!r}")
     out = []
     for spec in specs:
         if isinstance(spec, torch.nn.Module) or isinstance(spec, str) and "/" in spec and ":" not in spec:

@@ -149,3 +149,4 @@ def test_a_model_object_gets_gradient_checkpointing_as_a_path_does(tiny_dir, tmp
                                     gradient_checkpointing=True, report_to=["none"], progress_bar=False),
                     train_dataset=[{"prompt": f"{a}+{a}="} for a in range(10)])
     assert on(t.model)
+

@@ -82,7 +82,12 @@ def resolve(name_or_path: str) -> str:
 def load_tokenizer(name_or_path: str):
     """Tokenizer with a pad token (EOS when the model has none) and left padding for generation."""
     from transformers import AutoTokenizer
-    tok = ensure_pad_token(AutoTokenizer.from_pretrained(resolve(name_or_path)))
+    path = resolve(name_or_path)
+    files = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
+    if Path(path).is_dir() and not any((Path(path) / f).is_file() for f in files):
+        raise ValueError(f"no tokenizer in {path}: it has none of {', '.join(files)} (save one there with "
+                         "tokenizer.save_pretrained, or pass processing_class=)")
+    tok = ensure_pad_token(AutoTokenizer.from_pretrained(path))
     tok.padding_side = "left"
     return tok
 
@@ -101,8 +106,8 @@ def load_model(name_or_path: str, dtype: str = "float32", attn_implementation: s
         if not Path(path).is_dir():
             raise
         weights = Path(path) / SAFE_WEIGHTS
-        source = weights if weights.is_file() else path
         reason = (str(e).strip().splitlines() or [""])[0]
+        source = path if "attn_implementation" in reason or not weights.is_file() else weights  # a setting, not a file
         raise ValueError(f"cannot load model from {source}: {type(e).__name__}: {reason}") from e
     model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if gradient_checkpointing:

@@ -13,9 +13,10 @@ def _normalise(argv: list[str], positional: str | None = None) -> list[str]:
     while i < len(argv):
         arg = argv[i]
         if arg.startswith("--") and arg not in ("--help", "-h"):
-            key = arg[2:].replace("-", "_")
-            if "=" in key:
-                out.append(key)
+            key, eq, value = arg[2:].partition("=")
+            key = key.replace("-", "_")  # the key only: `--output-dir=runs/my-run` keeps the value's dashes
+            if eq:
+                out.append(f"{key}={value}")
             elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
                 out.append(f"{key}={argv[i + 1]}")
                 i += 1

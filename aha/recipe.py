@@ -4,7 +4,8 @@ A recipe YAML has `output_dir`, an optional `eval` block (task, num_problems) ru
 that produces a model, and `stages`: a list of {name, type, ...config fields}. `@name` in a field
 refers to an earlier stage's output (its model directory, or its data file for `sample`). A stage
 that finished writes `done.json` and is skipped on the next run, so an interrupted recipe resumes.
-Every stage is checked (types, keys, references, cycles, literal input paths, task names) before anything runs.
+Every stage is checked (types, keys, references and the kind of output each names, cycles, literal input
+paths, task names) before anything runs; so are the top-level keys, in the file and as `key=value` overrides.
 """
 
 from __future__ import annotations
@@ -16,24 +17,92 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from .config import ConfigError, EvalConfig, from_dict
+from .config.parse import check_names, check_yaml_text, did_you_mean, load_yaml, override_value
+from .fileio import atomic_write
 from .stages import STAGES, get_stage
 
 RECIPE_STAGES = ("tiny", "sft", "grpo", "sample", "eval")
 """Stage types a recipe may use (entries of aha.stages.STAGES)."""
 
 
+RECIPE_KEYS = ("output_dir", "model", "eval", "stages")
+"""The keys of a recipe's top level, in the file or as `key=value` after it (stage fields go in a stage)."""
+TEXT_KEYS = ("output_dir", "model")
+"""Top-level keys whose `key=value` override is kept as written (`output_dir=0123` is not octal 83)."""
+
+REF_KINDS = {"model": "model", "dataset": "data file", "mix_dataset": "data file"}
+"""Fields that take `@stage`, and the kind of output that stage must make."""
+
+
+def _makes(kind: str) -> str:
+    """What a stage type's output is: a model, a data file, or nothing a later stage can read (eval)."""
+    if STAGES[kind].makes_model:
+        return "model"
+    return "data file" if kind == "sample" else "nothing to read"
+
+
 def _refs(stage: dict) -> list[str]:
     return [v[1:] for v in stage.values() if isinstance(v, str) and v.startswith("@")]
 
 
-def validate(recipe: dict) -> list[dict]:
-    """Check the whole recipe before anything runs; return its stages with defaults filled in."""
+def _check_key(key: Any) -> None:
+    if key in RECIPE_KEYS:
+        return
+    if not isinstance(key, str):
+        raise ConfigError(f"recipe keys are names; got {key!r}")
+    in_stage = any(key in {f.name for f in dataclasses.fields(STAGES[t].config)} for t in RECIPE_STAGES)
+    hint = "; it is a stage field: set it in a stage" if in_stage else did_you_mean(key, RECIPE_KEYS)
+    raise ConfigError(f"unknown recipe key '{key}' (a recipe has {', '.join(RECIPE_KEYS)}){hint}")
+
+
+def _check_ref_kinds(stages: list[dict]) -> None:
+    """`model: @x` names a stage that makes a model, `dataset: @x` / `mix_dataset: @x` a sample stage."""
+    kinds = {s["name"]: s["type"] for s in stages}
+    makers = [t for t in RECIPE_STAGES if STAGES[t].makes_model]
+    takes = {"model": f"a {', '.join(makers[:-1])} or {makers[-1]} stage", "data file": "a sample stage"}
+    for s in stages:
+        for key, value in s.items():
+            if not (isinstance(value, str) and value.startswith("@")):
+                continue
+            ref = value[1:]
+            if key not in REF_KINDS:
+                raise ConfigError(f"stage '{s['name']}': {key}: {value} names a stage's output, which only "
+                                  f"model, dataset and mix_dataset take")
+            made, want = _makes(kinds[ref]), REF_KINDS[key]
+            if made != want:
+                article = "an" if kinds[ref][0] in "aeiou" else "a"
+                makes = "makes no model" if made == "nothing to read" else f"makes a {made}"
+                raise ConfigError(f"stage '{s['name']}': {key}: {value} is {article} {kinds[ref]} stage, which "
+                                  f"{makes}; {key} takes {takes[want]}")
+
+
+def validate(recipe: dict, numbers: dict[tuple, str] | None = None, where: str = "recipe") -> list[dict]:
+    """Check the whole recipe before anything runs; return its stages with defaults filled in.
+
+    `numbers` (from config.parse.load_yaml) lets a text field refuse a value YAML read as a number.
+    """
+    numbers = numbers or {}
+    if not isinstance(recipe, dict):
+        raise ConfigError(f"{where}: a recipe is a mapping (output_dir, model, eval, stages); "
+                          f"got a {type(recipe).__name__}")
+    for key in recipe:
+        _check_key(key)
+    for key in TEXT_KEYS:
+        if (key,) in numbers and not isinstance(recipe.get(key), str):
+            raise ConfigError(f"{where}: {key}: YAML reads {numbers[(key,)]} as the number {recipe[key]!r}, but "
+                              f'{key} is text; quote it to keep it as written: {key}: "{numbers[(key,)]}"')
+        if recipe.get(key) is not None and (not isinstance(recipe[key], str) or not recipe[key]):
+            raise ConfigError(f"recipe {key}: expected a non-empty string, got {recipe[key]!r}")
+    if recipe.get("eval") is not None and not isinstance(recipe["eval"], dict):
+        raise ConfigError(f"recipe `eval` block: expected a mapping of EvalConfig fields, got {recipe['eval']!r}")
     stages = recipe.get("stages")
     if not isinstance(stages, list) or not stages:
         raise ConfigError("a recipe needs a non-empty `stages` list")
+    for i, s in enumerate(stages):
+        if not isinstance(s, dict):
+            raise ConfigError(f"stage {i + 1} of the recipe is not a mapping of name, type and config fields; "
+                              f"got {s!r}")
     names = [s.get("name") for s in stages]
     if any(not isinstance(n, str) or not n for n in names) or len(set(names)) != len(names):
         raise ConfigError(f"every stage needs a unique `name`; got {names}")
@@ -49,6 +118,7 @@ def validate(recipe: dict) -> list[dict]:
         tuple(graphlib.TopologicalSorter(graph).static_order())
     except graphlib.CycleError as e:
         raise ConfigError(f"the recipe has a cycle: {' -> '.join(e.args[1])}") from None
+    _check_ref_kinds(stages)
     for i, s in enumerate(stages):
         for ref in _refs(s):
             if names.index(ref) >= i:
@@ -61,9 +131,13 @@ def validate(recipe: dict) -> list[dict]:
         fields = {k: ("ref" if isinstance(v, str) and v.startswith("@") else v)
                   for k, v in s.items() if k not in ("name", "type")}
         try:  # keys and types checked now; @references stand in as the string "ref"
+            check_names(fields)
             from_dict(cls, {"model": "ref", **fields} if needs_model else fields)
         except (ConfigError, ValueError, TypeError) as e:
             raise ConfigError(f"stage '{s['name']}': {e}") from None
+        check_yaml_text(cls, fields, numbers, f"stage '{s['name']}'", ("stages", i))
+    if isinstance(recipe.get("eval"), dict):
+        check_yaml_text(EvalConfig, recipe["eval"], numbers, "recipe `eval` block", ("eval",))
     _check_inputs(recipe, stages)
     return stages
 
@@ -113,18 +187,41 @@ def _run_stage(kind: str, fields: dict[str, Any], stage_dir: Path) -> dict:
     return stage.run(from_dict(stage.config, values))
 
 
+def _read_done(done: Path, name: str) -> dict:
+    """A finished stage's record; a file that is not one (torn by a crash or a bad disk) is named."""
+    try:
+        record = json.loads(done.read_text())
+    except (ValueError, UnicodeDecodeError) as e:
+        record = e
+    if not isinstance(record, dict) or not isinstance(record.get("result"), dict):
+        why = record if isinstance(record, Exception) else "not a stage record"
+        raise ValueError(f"{done}: unreadable ({why}); delete it to run stage '{name}' again") from None
+    return record
+
+
 def run_recipe(path: str, overrides: list[str] | None = None) -> dict:
     """Run (or resume) a recipe; returns and writes the per-stage evaluation summary."""
     from .eval import run_eval
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"recipe not found: {path}")
-    recipe = yaml.safe_load(p.read_text()) or {}
+    recipe, numbers = load_yaml(p.read_text(), path)
+    recipe = {} if recipe is None else recipe
+    if not isinstance(recipe, dict):
+        validate(recipe, where=path)  # names the problem
     for o in overrides or []:
-        key, _, value = o.partition("=")
-        recipe[key] = yaml.safe_load(value)
-    stages = validate(recipe)
-    root = Path(recipe.get("output_dir", "runs/recipe"))
+        key, eq, value = o.partition("=")
+        if not eq:
+            raise ConfigError(f"cannot read argument {o!r}: expected key=value (one of {', '.join(RECIPE_KEYS)})")
+        _check_key(key)
+        numbers = {k: v for k, v in numbers.items() if k[0] != key}  # the override replaces the file's value
+        if key in TEXT_KEYS:
+            recipe[key] = override_value(key, value, text=True)
+        else:
+            recipe[key], given = load_yaml(value, o)
+            numbers.update({(key, *k): v for k, v in given.items()})
+    stages = validate(recipe, numbers, path)
+    root = Path(recipe.get("output_dir") or "runs/recipe")
     root.mkdir(parents=True, exist_ok=True)
     ev = recipe.get("eval") or {}
     outputs: dict[str, str] = {}
@@ -140,8 +237,8 @@ def run_recipe(path: str, overrides: list[str] | None = None) -> dict:
         if _takes_model(STAGES[kind].config):
             fields.setdefault("model", model)
         if done.is_file():
+            record = _read_done(done, name)
             print(f"[recipe] {name}: already complete, skipped")
-            record = json.loads(done.read_text())
         else:
             print(f"[recipe] {name}: running {kind}")
             t = time.perf_counter()
@@ -153,7 +250,7 @@ def run_recipe(path: str, overrides: list[str] | None = None) -> dict:
                                               progress_bar=False, **ev))
                 record["eval"] = {k: summary[k] for k in ("accuracy", "accuracy_ci95", "format_frac", "len_mean")
                                   if k in summary}
-            done.write_text(json.dumps(record, indent=2))
+            atomic_write(done, json.dumps(record, indent=2))  # the marker: all or nothing, never torn
         outputs[name] = _output(stage_dir, kind)
         if STAGES[kind].makes_model:
             model = outputs[name]

@@ -157,3 +157,62 @@ def test_help_names_the_allowed_values():
     text = help_text(GRPOConfig)
     assert "dtype (one of float32, bfloat16, float16, auto, default \"float32\")" in text
     assert "epsilon_high (float or null, default null)" in text
+
+
+def test_dashed_option_with_equals_keeps_dashes_in_the_value():
+    from aha.cli import _normalise
+    argv = ["--output-dir=runs/my-run", "--learning_rate=1e-6", "--model=smollm2-135m-instruct", "--beta", "0.1"]
+    assert _normalise(argv) == ["output_dir=runs/my-run", "learning_rate=1e-6", "model=smollm2-135m-instruct",
+                                "beta=0.1"]
+    cfg = parse_args(GRPOConfig, _normalise(argv))
+    assert cfg.output_dir == "runs/my-run" and cfg.learning_rate == 1e-6 and cfg.model == "smollm2-135m-instruct"
+
+
+def test_yaml_syntax_errors_are_config_errors_naming_the_source(tmp_path, capsys):
+    with pytest.raises(ConfigError, match=r"reward_funcs=\[format, math: not valid YAML.*expected ',' or ']'"):
+        parse_args(GRPOConfig, ["reward_funcs=[format, math"])
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("task: arithmetic\nlearning_rate: [1e-6\n")
+    with pytest.raises(ConfigError, match=r"bad\.yaml: not valid YAML at line 3"):
+        parse_args(GRPOConfig, [str(bad)])
+    numkey = tmp_path / "numkey.yaml"
+    numkey.write_text("1: 2\n")
+    with pytest.raises(ConfigError, match=r"numkey\.yaml: config keys are names; got 1"):
+        parse_args(GRPOConfig, [str(numkey)])
+    assert main(["train", str(bad)]) == 2 and "bad.yaml: not valid YAML" in capsys.readouterr().err
+
+
+def test_text_fields_keep_the_command_line_text():
+    cases = {
+        "output_dir=0123": ("output_dir", "0123"),        # YAML 1.1 reads the octal number 83
+        "output_dir=1_000": ("output_dir", "1_000"),      # 1000
+        "output_dir=.5": ("output_dir", ".5"),            # 0.5
+        "run_name=12:30": ("run_name", "12:30"),          # sexagesimal 750
+        "run_name=2024-01-01": ("run_name", "2024-01-01"),  # a date
+        "run_name=[a, b": ("run_name", "[a, b"),          # not YAML: still text
+        "run_name=yes": ("run_name", "error: run_name: expected a string, got True"),  # a boolean: refused
+        "run_name=null": ("run_name", None),              # Optional[str]: null is still None
+        "run_name='null'": ("run_name", "null"),          # quoted: the text inside the quotes
+        "hub_model_id=user/1e3": ("hub_model_id", "user/1e3"),
+    }
+    def value(arg, key):
+        try:
+            return getattr(parse_args(GRPOConfig, [arg]), key)
+        except ConfigError as e:
+            return f"error: {e}"
+
+    got = {arg: value(arg, key) for arg, (key, _) in cases.items()}
+    assert got == {arg: expected for arg, (_, expected) in cases.items()}
+
+
+def test_a_yaml_number_for_a_text_field_is_refused_naming_the_key(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("output_dir: 0123\n")
+    with pytest.raises(ConfigError, match=r'c\.yaml: output_dir: YAML reads 0123 as the number 83.*output_dir: "0123"'):
+        parse_args(GRPOConfig, [str(f)])
+    f.write_text("run_name: 12:30\n")
+    with pytest.raises(ConfigError, match=r"run_name: YAML reads 12:30 as the number 750"):
+        parse_args(GRPOConfig, [str(f)])
+    f.write_text("output_dir: '0123'\nrun_name: \"12:30\"\nlearning_rate: 1e-6\n")
+    cfg = parse_args(GRPOConfig, [str(f)])
+    assert cfg.output_dir == "0123" and cfg.run_name == "12:30" and cfg.learning_rate == 1e-6

@@ -98,12 +98,16 @@ def _coerce(name: str, value: Any, hint: Any) -> Any:
     return value
 
 
+def did_you_mean(key: str, names) -> str:
+    """"; did you mean 'x'?" for the closest of `names`, or ""."""
+    close = difflib.get_close_matches(key, list(names), n=1, cutoff=0.5)
+    return f"; did you mean '{close[0]}'?" if close else ""
+
+
 def _check_key(cls, key: str) -> None:
     names = [f.name for f in dataclasses.fields(cls)]
     if key not in names:
-        close = difflib.get_close_matches(key, names, n=1, cutoff=0.5)
-        hint = f"; did you mean '{close[0]}'?" if close else ""
-        raise ConfigError(f"unknown config key '{key}' for {cls.__name__}{hint}")
+        raise ConfigError(f"unknown config key '{key}' for {cls.__name__}{did_you_mean(key, names)}")
 
 
 def checked(cls):
@@ -129,23 +133,123 @@ def checked(cls):
 
 def from_dict(cls, values: dict[str, Any]):
     """Build `cls` from a flat mapping, checking names and types."""
+    check_names(values)
     return cls(**values)
+
+
+def check_names(values: dict) -> None:
+    """Every key is a name (YAML reads `1: x` with the int key 1)."""
+    for key in values:
+        if not isinstance(key, str):
+            raise ConfigError(f"config keys are names; got {key!r}")
+
+
+def load_yaml(text: str, where: str) -> tuple[Any, dict[tuple, str]]:
+    """Parse YAML text from `where` (a file or a `key=value` override, named in the error).
+
+    Returns the data and, for every scalar YAML read as a number because it was not quoted, its
+    path (keys and list indices) -> its text as written, so a text field can refuse `0123` (83).
+    """
+    try:
+        data = yaml.safe_load(text)
+        numbers = dict(_number_texts(yaml.compose(text, Loader=yaml.SafeLoader)))
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{where}: not valid YAML{_yaml_problem(e)}") from None
+    return data, numbers
+
+
+def _yaml_problem(e: yaml.YAMLError) -> str:
+    """" at line 3, column 1: expected ',' or ']', but got '<stream end>' (while parsing a flow sequence
+    that starts at line 2)" from PyYAML's several-line message."""
+    if not isinstance(e, yaml.MarkedYAMLError):
+        return f": {e}"
+    mark, out = e.problem_mark, ""
+    if mark is not None:
+        out += f" at line {mark.line + 1}, column {mark.column + 1}"
+    out += f": {e.problem or e}"
+    if e.context:
+        started = f" that starts at line {e.context_mark.line + 1}" if e.context_mark is not None else ""
+        out += f" ({e.context}{started})"
+    return out
+
+
+_NUMBER_TAGS = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+
+
+def _number_texts(node, path: tuple = ()):
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            if isinstance(key, yaml.ScalarNode):
+                yield from _number_texts(value, path + (key.value,))
+    elif isinstance(node, yaml.SequenceNode):
+        for i, value in enumerate(node.value):
+            yield from _number_texts(value, path + (i,))
+    elif isinstance(node, yaml.ScalarNode) and node.tag in _NUMBER_TAGS and node.style is None:
+        yield path, node.value
+
+
+def _is_text(hint: Any) -> bool:
+    """The field is `str` or `Optional[str]`."""
+    if hint is str:
+        return True
+    return (typing.get_origin(hint) in (typing.Union, types.UnionType)
+            and set(typing.get_args(hint)) == {str, type(None)})
+
+
+def _text_fields(cls) -> set[str]:
+    hints = typing.get_type_hints(cls)
+    return {f.name for f in dataclasses.fields(cls) if _is_text(hints[f.name])}
+
+
+def check_yaml_text(cls, values: dict, numbers: dict[tuple, str], where: str, path: tuple = ()) -> None:
+    """Refuse a value YAML read as a number (`0123` is 83, `12:30` is 750, `1_000` is 1000) for a text
+    field of `cls`: `numbers` is load_yaml's, `path` where `values` sits in that document."""
+    text = _text_fields(cls)
+    for key, value in values.items():
+        raw = numbers.get(path + (key,))
+        if key in text and raw is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
+            raise ConfigError(f"{where}: {key}: YAML reads {raw} as the number {value!r}, but {key} is text; "
+                              f'quote it to keep it as written: {key}: "{raw}"')
+
+
+def override_value(key: str, raw: str, text: bool) -> Any:
+    """The value of a `key=raw` override. A text field (`text`) keeps `raw` as written (`output_dir=0123`
+    is "0123", not YAML's octal 83; `run_name=12:30` is not 750), except a quoted value (the text inside),
+    `null`/`~` (None) and true/false/yes/no (a boolean, which the field refuses: `--output_dir` with no
+    value arrives as `output_dir=true`). Any other field's value is read as YAML (`[a, b]`, `{k: v}`, 1e-6)."""
+    if raw == "":
+        return ""
+    if text and not (len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "'\""):
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            return raw
+        return value if value is None or isinstance(value, bool) else raw
+    return load_yaml(raw, f"{key}={raw}")[0]
 
 
 def parse_args(cls, argv: list[str]):
     """`[CONFIG.yaml] [key=value ...]` -> an instance of `cls` (later values win)."""
     values: dict[str, Any] = {}
+    text = _text_fields(cls)
     for arg in argv:
         if "=" in arg:
             key, _, raw = arg.partition("=")
-            values[key.strip()] = yaml.safe_load(raw) if raw != "" else ""
+            key = key.strip()
+            values[key] = override_value(key, raw, key in text)
         elif arg.endswith((".yaml", ".yml")):
             path = Path(arg)
             if not path.is_file():
                 raise ConfigError(f"config file not found: {arg}")
-            loaded = yaml.safe_load(path.read_text()) or {}
+            loaded, numbers = load_yaml(path.read_text(), arg)
+            loaded = {} if loaded is None else loaded
             if not isinstance(loaded, dict):
                 raise ConfigError(f"{arg}: expected a mapping of key: value at the top level")
+            try:
+                check_names(loaded)
+            except ConfigError as e:
+                raise ConfigError(f"{arg}: {e}") from None
+            check_yaml_text(cls, loaded, numbers, arg)
             values.update(loaded)
         else:
             raise ConfigError(f"cannot read argument {arg!r}: expected CONFIG.yaml or key=value")

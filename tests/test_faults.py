@@ -303,6 +303,77 @@ def test_no_space_while_saving_is_one_clear_error_and_leaves_no_temp(tiny_dir, t
     assert not [p for p in run.iterdir() if "model" in p.name]
 
 
+def _disk_with(free):
+    """A stand-in for shutil.disk_usage: a 1 GB filesystem with `free` bytes left."""
+    return lambda path: SimpleNamespace(total=10**9, used=10**9 - free, free=free)
+
+
+def test_a_full_disk_that_the_writer_reports_otherwise_is_still_one_clear_error(tiny_dir, tmp_path, monkeypatch):
+    """On a real full disk torch.save raises RuntimeError and safetensors SafetensorError, not ENOSPC: a failed
+    save while the filesystem is (nearly) full is the disk-full error, naming the path and the free bytes."""
+    from safetensors import SafetensorError
+    run = tmp_path / "run"
+    t = grpo(tiny_dir, run, max_steps=1)
+    pos = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 298240 vs 298128")
+
+    def disk_fills(obj, f, *a, **kw):
+        Path(f).write_bytes(b"partial")
+        raise pos
+
+    monkeypatch.setattr(torch, "save", disk_fills)
+    monkeypatch.setattr(shutil, "disk_usage", _disk_with(0))
+    with pytest.raises(OSError) as e:
+        t.save_checkpoint()
+    assert str(e.value) == f"no space left on device while writing {run / 'checkpoint-0'} (0 bytes free)"
+    assert e.value.errno == errno.ENOSPC and e.value.__cause__ is pos
+    assert not [p for p in run.iterdir() if "checkpoint" in p.name]
+    monkeypatch.undo()
+
+    serializing = SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    def safetensors_fills(*a, **kw):
+        raise serializing
+
+    monkeypatch.setattr(t.model, "save_pretrained", safetensors_fills)
+    monkeypatch.setattr(shutil, "disk_usage", _disk_with(4096))
+    with pytest.raises(OSError) as e:
+        t.save_model()
+    assert str(e.value) == f"no space left on device while writing {run / 'model'} (4096 bytes free)"
+    assert e.value.__cause__ is serializing
+    assert not [p for p in run.iterdir() if "model" in p.name]
+    monkeypatch.setattr(shutil, "disk_usage", _disk_with(10**8))  # safetensors removed its partial file first
+    with pytest.raises(OSError) as e:
+        t.save_model()
+    assert str(e.value) == f"no space left on device while writing {run / 'model'}"
+    assert e.value.__cause__ is serializing
+    assert not [p for p in run.iterdir() if "model" in p.name]
+
+
+def test_a_failed_save_with_space_left_raises_the_writers_own_error(tiny_dir, tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    t = grpo(tiny_dir, run, max_steps=1)
+    broken = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 298240 vs 298128")
+
+    def fails(obj, f, *a, **kw):
+        raise broken
+
+    monkeypatch.setattr(torch, "save", fails)
+    monkeypatch.setattr(shutil, "disk_usage", _disk_with(10**8))
+    with pytest.raises(RuntimeError) as e:
+        t.save_checkpoint()
+    assert e.value is broken
+    assert not [p for p in run.iterdir() if "checkpoint" in p.name]
+
+    def interrupted(obj, f, *a, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(torch, "save", interrupted)
+    monkeypatch.setattr(shutil, "disk_usage", _disk_with(0))
+    with pytest.raises(KeyboardInterrupt):  # an interrupt is never a full disk, even on a full one
+        t.save_checkpoint()
+    assert not [p for p in run.iterdir() if "checkpoint" in p.name]
+
+
 def test_an_unwritable_output_dir_fails_before_the_model_loads(tiny_dir, tmp_path, monkeypatch):
     """Root ignores permission bits, so the probe write is made to fail as a read-only disk would."""
     import aha.train.grpo as grpo_mod

@@ -76,6 +76,8 @@ def test_trl_style_rewards_columns_async_none_and_chat(tiny_dir, tmp_path):
     def uses_answer(prompts, completions, answer, **kwargs):
         got["completion"], got["answer"], got["kwargs"] = completions[0], answer[0], set(kwargs)
         got["step"] = kwargs["trainer_state"].global_step, kwargs["trainer_state"].max_steps
+        got["epoch"] = kwargs["trainer_state"].epoch
+        kwargs["log_metric"]("answer_len", sum(map(len, answer)) / len(answer))  # TRL's way to report a number
         return [1.0 if c[0]["content"].strip() == a else 0.0 for c, a in zip(completions, answer)]
 
     async def sometimes_none(prompts, completions, **kwargs):
@@ -88,6 +90,9 @@ def test_trl_style_rewards_columns_async_none_and_chat(tiny_dir, tmp_path):
     assert isinstance(got["completion"], list) and got["completion"][0]["role"] == "assistant"
     assert got["answer"] in {r["answer"] for r in PROMPTS} and "completion_ids" in got["kwargs"]
     assert got["step"] == (0, 1)  # TRL's trainer_state: optimizer steps completed, and the total
+    assert got["epoch"] == 0.0
+    answers = [r["answer"] for r in t.last_batch.rows]
+    assert m["reward/logged/answer_len"] == pytest.approx(sum(map(len, answers)) / len(answers))
     assert m["reward/sometimes_none/none_frac"] == 0.5
     assert m["reward/sometimes_none/mean"] == 0.5  # the None values are left out, not counted as 0
 
@@ -533,3 +538,61 @@ def test_a_scorer_that_outlives_its_bound_fails_the_step_with_streaming(tiny_dir
     with pytest.raises(TimeoutError, match="reward_timeout=0.05"):
         t.next_batch()
     assert time.perf_counter() - t0 < 4.0  # 2 groups x 1 function x 0.05 s after generation, not the 5 s sleep
+
+
+def test_resume_with_sync_ref_model_matches_an_uninterrupted_run(tiny_dir, tmp_path):
+    """With sync_ref_model the reference moves during training: the checkpoint holds it (reference.pt), so a
+    resumed run ends with the same policy and reference as an uninterrupted one; without the sync no file is added."""
+    kw = dict(max_steps=4, save_steps=2, beta=0.5, sync_ref_model=True, ref_model_sync_steps=1,
+              ref_model_mixup_alpha=0.9)
+    full = _run(tiny_dir, tmp_path, "a", **kw)
+
+    crashing = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], args=args(tmp_path / "b", **kw),
+                           train_dataset=PROMPTS)
+    initial_ref = params(crashing.ref_model)
+    real_step = crashing.step
+
+    def step_then_crash():
+        if crashing.step_count == 3:
+            raise KeyboardInterrupt("simulated crash")
+        return real_step()
+
+    crashing.step = step_then_crash
+    with pytest.raises(KeyboardInterrupt):
+        crashing.train()
+    resumed = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], args=args(tmp_path / "b", resume=True, **kw),
+                          train_dataset=PROMPTS)
+    resumed.train()
+    assert resumed.step_count == 4
+    assert any(not torch.equal(initial_ref[n], p) for n, p in params(resumed.ref_model).items())  # it moved
+    for name, (a, b) in {"policy": (full.model, resumed.model), "reference": (full.ref_model, resumed.ref_model)}.items():
+        pa, pb = params(a), params(b)
+        assert pa.keys() == pb.keys()
+        for n in pa:
+            assert torch.equal(pa[n], pb[n]), f"{name} {n}: max abs diff {(pa[n] - pb[n]).abs().max().item()}"
+    assert (tmp_path / "b" / "run" / "checkpoint-2" / "reference.pt").is_file()
+
+    _run(tiny_dir, tmp_path, "c", max_steps=1, beta=0.5)  # no sync: the reference is the initial model, not saved
+    assert (tmp_path / "c" / "run" / "checkpoint-1").is_dir()
+    assert not (tmp_path / "c" / "run" / "checkpoint-1" / "reference.pt").exists()
+
+
+def test_learner_state_carries_the_reference_only_with_sync_ref_model(tiny_dir, tmp_path):
+    """The Ray layer checkpoints what Learner.state() gives (pulled from the remote learners) and restores them
+    with load_state: with sync_ref_model the moved reference travels with it; otherwise nothing is added."""
+    kw = dict(max_steps=2, beta=0.5, sync_ref_model=True, ref_model_sync_steps=1, ref_model_mixup_alpha=0.9)
+    trained = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], args=args(tmp_path / "a", **kw),
+                          train_dataset=PROMPTS)
+    trained.step()
+    state = trained.learner.state()
+    fresh = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], args=args(tmp_path / "b", **kw),
+                        train_dataset=PROMPTS)
+    initial = params(fresh.ref_model)
+    assert any(not torch.equal(initial[n], p) for n, p in params(trained.ref_model).items())  # the sync moved it
+    fresh.learner.load_state(state)
+    for a, b in ((trained.model, fresh.model), (trained.ref_model, fresh.ref_model)):
+        pa, pb = params(a), params(b)
+        assert all(torch.equal(pa[n], pb[n]) for n in pa)
+    plain = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], args=args(tmp_path / "c", beta=0.5),
+                        train_dataset=PROMPTS)
+    assert "reference" not in plain.learner.state()

@@ -24,6 +24,9 @@ MARKER = "trainer_state.json"
 """Written last: a checkpoint directory without it is incomplete and ignored."""
 FILES = ("trainable.pt", "optimizer.pt", "scheduler.pt", "state.pt")
 """What a complete checkpoint holds besides the marker."""
+REFERENCE = "reference.pt"
+"""The reference model's weights, only when training moves it (GRPO's sync_ref_model); otherwise the reference
+is the initial model, rebuilt at start-up, and the checkpoint does not hold it."""
 _NUMPY_GENERATOR = "MT19937"
 
 
@@ -55,9 +58,10 @@ def set_rng_state(state: dict) -> None:
 
 
 def save_checkpoint(output_dir: str | Path, step: int, model, optimizer, scheduler,
-                    state: dict, keep: int = 2, tokenizer=None) -> Path:
-    """Write checkpoint-<step>: trainable weights, optimiser, scheduler, RNGs and `state`, and (with a
-    tokenizer) the model as `from_pretrained` loads it, or the LoRA adapter, as TRL's checkpoints hold."""
+                    state: dict, keep: int = 2, tokenizer=None, reference=None) -> Path:
+    """Write checkpoint-<step>: trainable weights, optimiser, scheduler, RNGs and `state`, (with a
+    tokenizer) the model as `from_pretrained` loads it, or the LoRA adapter, as TRL's checkpoints hold, and
+    (with `reference`, a module) every parameter of the reference model as REFERENCE."""
     output_dir = Path(output_dir)
     final = output_dir / f"checkpoint-{step}"
     for stale in output_dir.glob(".checkpoint-*"):  # left by a save or delete that was killed
@@ -68,6 +72,8 @@ def save_checkpoint(output_dir: str | Path, step: int, model, optimizer, schedul
         torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
         torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
         torch.save({"rng": rng_state(), **state}, tmp / "state.pt")
+        if reference is not None:
+            torch.save({n: p.detach().cpu() for n, p in reference.named_parameters()}, tmp / REFERENCE)
         if tokenizer is not None:
             model.save_pretrained(tmp, safe_serialization=True)
             tokenizer.save_pretrained(tmp)
@@ -105,8 +111,10 @@ def _load(file: Path):
                                      f"{type(e).__name__}: {reason}") from e
 
 
-def load_checkpoint(path: str | Path, model, optimizer, scheduler) -> dict:
-    """Restore weights, optimiser, scheduler and RNGs in place; return the saved `state`.
+def load_checkpoint(path: str | Path, model, optimizer, scheduler, reference=None) -> dict:
+    """Restore weights, optimiser, scheduler and RNGs in place; return the saved `state`. With `reference`
+    (the reference model) and a REFERENCE file in the checkpoint, restore the reference's weights too; a
+    checkpoint without one (written with a fixed reference) leaves it as it is, the initial model.
 
     Every file is read before anything is restored, so a damaged checkpoint leaves the model,
     optimiser and RNGs untouched and the caller can fall back to an older one.
@@ -115,13 +123,20 @@ def load_checkpoint(path: str | Path, model, optimizer, scheduler) -> dict:
     if not (path / MARKER).is_file():
         raise FileNotFoundError(f"{path} is not a complete checkpoint (no {MARKER})")
     weights, opt_state, sched_state, state = (_load(path / name) for name in FILES)
+    ref_weights = _load(path / REFERENCE) if reference is not None and (path / REFERENCE).is_file() else None
     params = dict(model.named_parameters())
     missing = [n for n in weights if n not in params]
     if missing:
         raise ValueError(f"checkpoint {path} has weights the model lacks: {missing[:5]}")
+    ref_params = dict(reference.named_parameters()) if ref_weights is not None else {}
+    if ref_weights is not None and ref_weights.keys() != ref_params.keys():
+        raise ValueError(f"checkpoint {path / REFERENCE} does not match the reference model: "
+                         f"{sorted(ref_weights.keys() ^ ref_params.keys())[:5]}")
     with torch.no_grad():
         for n, w in weights.items():
             params[n].copy_(w)
+        for n, w in (ref_weights or {}).items():
+            ref_params[n].copy_(w)
     optimizer.load_state_dict(opt_state)
     scheduler.load_state_dict(sched_state)
     set_rng_state(state.pop("rng"))

@@ -210,7 +210,7 @@ class Learner:
         """Token means: clip/* over every completion token in the loss (a skipped sequence's advantage is 0, so
         none of its tokens is clipped), as TRL counts them; entropy, kl and offpolicy/* over the tokens trained on."""
         steps, per_token = len(grad_norms), sums.tokens or math.nan  # nothing trained: NaN, not 0
-        in_loss = loss_tokens or math.nan
+        in_loss = loss_tokens if sums.tokens else math.nan  # nothing trained: no update to describe
         metrics = {"loss": sums.loss / steps if steps else math.nan, "entropy": sums.entropy / per_token,
                    "clip/low": sums.clip_low / in_loss, "clip/high": sums.clip_high / in_loss,
                    "grad_norm": sum(grad_norms) / steps if steps else math.nan,
@@ -338,18 +338,27 @@ class Learner:
         """The parameters the optimizer moves (all of them, or the LoRA adapters), whole, on the CPU: views of
         the live weights on a CPU model (callers serialise or copy them; none keeps them across a step).
         Sharded, every rank must call it (the shards are gathered)."""
-        def whole(p):
-            return p.full_tensor() if hasattr(p, "full_tensor") else p
-        return {n: whole(p.detach()).cpu() for n, p in self.model.named_parameters() if p.requires_grad}
+        return {n: _whole(p.detach()).cpu() for n, p in self.model.named_parameters() if p.requires_grad}
+
+    def reference_state(self) -> dict[str, Tensor] | None:
+        """Every reference parameter, whole, on the CPU, when training moves the reference (sync_ref_model);
+        None when it stays the initial model. Sharded, every rank must call it."""
+        if not self.args.sync_ref_model or self.ref_model is None:
+            return None
+        return {n: _whole(p.detach()).cpu() for n, p in self.ref_model.named_parameters()}
 
     def state(self) -> dict:
-        """Weights, optimizer (keyed by parameter name, whole), schedule, version, RNG: what a checkpoint needs.
-        With several ranks every one calls it; the copies are identical."""
+        """Weights, optimizer (keyed by parameter name, whole), schedule, version, RNG, and with sync_ref_model the
+        reference's weights: what a checkpoint needs. With several ranks every one calls it; the copies are identical."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
         optimizer = get_optimizer_state_dict(self.model, self.optimizer,
                                              options=StateDictOptions(full_state_dict=True))
-        return {"weights": self.trainable_state(), "optimizer": optimizer, "scheduler": self.scheduler.state_dict(),
-                "version": self.version, "generator": self.generator.get_state()}
+        state = {"weights": self.trainable_state(), "optimizer": optimizer, "scheduler": self.scheduler.state_dict(),
+                 "version": self.version, "generator": self.generator.get_state()}
+        reference = self.reference_state()
+        if reference is not None:
+            state["reference"] = reference
+        return state
 
     @torch.no_grad()
     def load_state(self, state: dict) -> None:
@@ -358,6 +367,13 @@ class Learner:
         whole = StateDictOptions(full_state_dict=True, strict=False)
         set_model_state_dict(self.model, state["weights"], options=whole)
         set_optimizer_state_dict(self.model, self.optimizer, state["optimizer"], options=whole)
+        if state.get("reference") is not None and self.ref_model is not None:
+            set_model_state_dict(self.ref_model, state["reference"], options=whole)
         self.scheduler.load_state_dict(state["scheduler"])
         self.version = state["version"]
         self.generator.set_state(state["generator"])
+
+
+def _whole(p: Tensor) -> Tensor:
+    """A parameter as one tensor: an FSDP2 shard (DTensor) gathered, anything else as it is."""
+    return p.full_tensor() if hasattr(p, "full_tensor") else p

@@ -25,7 +25,7 @@ from ..metrics import append_jsonl, keep_steps_through, make_logger
 from ..fileio import DiskFullError, remove_directory
 from ..models import interpolate_weights, save_model, weight_snapshot
 from .callbacks import Callbacks
-from .checkpoint import CorruptCheckpointError, list_checkpoints, load_checkpoint, save_checkpoint
+from .checkpoint import REFERENCE, CorruptCheckpointError, list_checkpoints, load_checkpoint, save_checkpoint
 
 log = logging.getLogger("aha.train")
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -430,9 +430,17 @@ class Trainer(abc.ABC):
         return {"step": self.step_count, "sampler": self.sampler.state(),
                 "generator": self.generator.get_state()}
 
+    def _moving_reference(self):
+        """The reference model when training moves it (GRPO's sync_ref_model), which a checkpoint must then hold
+        for an exact resume; None when there is none or it stays the initial model (rebuilt at start-up)."""
+        if not getattr(self.args, "sync_ref_model", False):
+            return None
+        return getattr(self, "ref_model", None)
+
     def save_checkpoint(self) -> Path:
         path = save_checkpoint(self.run_dir, self.step_count, self.model, self.optimizer, self.scheduler,
-                               self._state(), self.args.save_total_limit, tokenizer=self.tokenizer)
+                               self._state(), self.args.save_total_limit, tokenizer=self.tokenizer,
+                               reference=self._moving_reference())
         self.saved_step = self.step_count
         return path
 
@@ -452,7 +460,11 @@ class Trainer(abc.ABC):
         raise FileNotFoundError(f"resume requested but no complete checkpoint in {self.run_dir}{detail}")
 
     def _restore(self, path: Path) -> None:
-        state = load_checkpoint(path, self.model, self.optimizer, self.scheduler)
+        reference = getattr(self, "ref_model", None)  # restored whenever the checkpoint holds it
+        if self._moving_reference() is not None and not (path / REFERENCE).is_file():
+            log.warning("%s holds no %s (written without sync_ref_model, or by an older aha): the reference "
+                        "restarts from the initial model", path, REFERENCE)
+        state = load_checkpoint(path, self.model, self.optimizer, self.scheduler, reference=reference)
         self.step_count = self.saved_step = state["step"]
         self.sampler = self.sampler.restored(state["sampler"])
         self.generator.set_state(state["generator"])

@@ -596,3 +596,37 @@ def test_learner_state_carries_the_reference_only_with_sync_ref_model(tiny_dir, 
     plain = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], args=args(tmp_path / "c", beta=0.5),
                         train_dataset=PROMPTS)
     assert "reference" not in plain.learner.state()
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo"])
+def test_masked_truncated_completions_still_count_in_the_sequence_denominator(tiny_dir, monkeypatch, loss_type):
+    """As TRL: mask_truncated_completions zeroes a truncated completion's tokens, and the per-sequence (grpo) and
+    fixed-length (dr_grpo) losses still divide by every sequence of the minibatch."""
+    from transformers import AutoModelForCausalLM
+    import aha.train.learner as learner_mod
+    from aha.train.learner import GRPOBatch, Learner
+    seen, real = [], learner_mod.algos.aggregate
+    monkeypatch.setattr(learner_mod.algos, "aggregate", lambda name, loss, mask, **d: seen.append(d) or real(
+        name, loss, mask, **d))
+    cfg = GRPOConfig(report_to=["none"], num_generations=2, per_device_train_batch_size=4, max_completion_length=4,
+                     mask_truncated_completions=True, loss_type=loss_type)
+    learner = Learner(cfg, AutoModelForCausalLM.from_pretrained(tiny_dir), 0, torch.Generator().manual_seed(0), 1)
+    batch = GRPOBatch(rows=[{"prompt": "a"}, {"prompt": "b"}], prompt_ids=[[10, 11]] * 4,
+                      completion_ids=[[20, 21, 22, 23], [20, 2], [30, 31, 32, 33], [30, 2]], texts=[""] * 4,
+                      truncated=torch.tensor([True, False, True, False]), rewards_per_func=torch.zeros(4, 1),
+                      rewards=torch.zeros(4), advantages=torch.tensor([1.0, -1.0, 1.0, -1.0]),
+                      versions=torch.zeros(4, dtype=torch.long))
+    learner.update(batch)
+    assert [d["num_sequences"] for d in seen] == [4]  # 2 of the 4 truncated, masked, and counted
+    assert [d["num_tokens"] for d in seen] == [4]     # the tokens in the loss: the two kept completions'
+
+
+def test_weight_decay_leaves_biases_and_norm_scales_alone(tiny_dir):
+    from transformers import AutoModelForCausalLM
+    from aha.train.loop import build_optimizer
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir)
+    opt, _ = build_optimizer(GRPOConfig(report_to=["none"], weight_decay=0.1), model, 10)
+    decay = {id(p) for g in opt.param_groups if g["weight_decay"] == 0.1 for p in g["params"]}
+    for name, p in model.named_parameters():
+        assert (id(p) in decay) == (p.dim() >= 2), name  # norm weights (1-D) are not decayed, matrices are
+    assert len(build_optimizer(GRPOConfig(report_to=["none"]), model, 10)[0].param_groups) == 1

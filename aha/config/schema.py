@@ -89,7 +89,7 @@ class TrainConfig:
     learning_rate: float = 1e-6
     """Peak learning rate of AdamW."""
     weight_decay: float = 0.0
-    """AdamW weight decay."""
+    """AdamW weight decay, on weight matrices only (not biases or norm scales), as transformers' Trainer."""
     adam_beta1: float = 0.9
     """AdamW beta1."""
     adam_beta2: float = 0.999
@@ -226,7 +226,8 @@ class GRPOConfig(TrainConfig):
     loss_type: str = "dapo"
     """Loss aggregation: grpo (per-sequence mean), dapo (batch token mean), dr_grpo (fixed length)."""
     mask_truncated_completions: bool = False
-    """Leave completions that hit max_completion_length out of the loss."""
+    """Leave completions that hit max_completion_length out of the loss (they still count in the grpo and dr_grpo
+    losses' number of sequences, as in TRL)."""
     skip_zero_advantage: bool = True
     """With beta=0 (and top_entropy_quantile=1), skip forward/backward for sequences whose advantage is exactly 0
     (same result)."""

@@ -151,7 +151,7 @@ class Learner:
             order = torch.randperm(N, generator=self.generator)
             for s in range(0, N, mb):
                 part = order[s:s + mb]
-                denom = dict(num_sequences=int(keep[part].sum()), num_tokens=int(n_tok[part].sum()),
+                denom = dict(num_sequences=len(part), num_tokens=int(n_tok[part].sum()),  # masked ones count, as TRL
                              max_len=a.max_completion_length)
                 every = sorted(part[trainable[part]].tolist(), key=order_key)
                 groups = self.micro_batches(batch, self._part(every, batch.group_size, self.rank))  # little padding

@@ -95,13 +95,17 @@ def seed_everything(seed: int) -> None:
 
 
 def build_optimizer(cfg: TrainConfig, model, total_steps: int):
-    """AdamW over trainable parameters, warmup then constant/cosine/linear."""
+    """AdamW over trainable parameters, warmup then constant/cosine/linear. Weight decay, when set, applies to
+    matrices only: biases and norm scales (1-D) are left out, as transformers' Trainer leaves them."""
     from transformers import get_scheduler
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise ValueError("the model has no trainable parameters")
-    opt = torch.optim.AdamW(params, lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2),
-                            weight_decay=cfg.weight_decay)
+    groups = [{"params": params}] if not cfg.weight_decay else [
+        {"params": [p for p in params if p.dim() >= 2]},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    opt = torch.optim.AdamW([g for g in groups if g["params"]], lr=cfg.learning_rate,
+                            betas=(cfg.adam_beta1, cfg.adam_beta2), weight_decay=cfg.weight_decay)
     name = {"constant": "constant_with_warmup"}.get(cfg.lr_scheduler_type, cfg.lr_scheduler_type)
     warmup = cfg.warmup_steps or round(cfg.warmup_ratio * total_steps)
     sched = get_scheduler(name, opt, num_warmup_steps=warmup,

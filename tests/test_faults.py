@@ -586,3 +586,20 @@ def test_a_step_that_trains_nothing_logs_nan_not_zero(tiny_dir, tmp_path):
         assert math.isnan(m[key]), key
     row = read_metrics(tmp_path / "run" / "metrics.jsonl")[-1]
     assert row["entropy"] is None and row["perf/train_tokens_per_s"] is None
+
+
+def test_resuming_with_another_model_names_it_and_keeps_the_run_config(tiny_dir, tmp_path):
+    from aha.models.tiny import make_tiny
+    from aha.tasks import task_corpus
+    from aha.tasks.arithmetic import make_addition
+    run = tmp_path / "run"
+    grpo(tiny_dir, run, max_steps=1, save_steps=1).train()
+    config = (run / "config.yaml").read_text()
+    other = make_tiny(tmp_path / "other", task_corpus(make_addition("train", 50, seed=0)), size="small", seed=0)
+    t = GRPOTrainer(model=str(other), reward_funcs=[digit_share], train_dataset=PROMPTS,
+                    args=grpo_args(run, max_steps=2, save_steps=1, resume=True, learning_rate=0.5))
+    before = params(t.model)
+    with pytest.raises(ValueError, match=r"checkpoint .*checkpoint-1 is of another model: .*\(the model's: "):
+        t.train()
+    assert (run / "config.yaml").read_text() == config  # the run's own config, not the one that failed
+    assert all(torch.equal(before[n], p) for n, p in params(t.model).items())  # nothing half-copied

@@ -128,6 +128,10 @@ def load_checkpoint(path: str | Path, model, optimizer, scheduler, reference=Non
     missing = [n for n in weights if n not in params]
     if missing:
         raise ValueError(f"checkpoint {path} has weights the model lacks: {missing[:5]}")
+    wrong = [f"{n} {tuple(w.shape)} (the model's: {tuple(params[n].shape)})" for n, w in weights.items()
+             if w.shape != params[n].shape]
+    if wrong:  # checked before anything is copied: a checkpoint of another model leaves this one as it was
+        raise ValueError(f"checkpoint {path} is of another model: {', '.join(wrong[:3])}")
     ref_params = dict(reference.named_parameters()) if ref_weights is not None else {}
     if ref_weights is not None and ref_weights.keys() != ref_params.keys():
         raise ValueError(f"checkpoint {path / REFERENCE} does not match the reference model: "

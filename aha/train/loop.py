@@ -323,11 +323,11 @@ class Trainer(abc.ABC):
         resume = resume_from_checkpoint if resume_from_checkpoint is not None else a.resume
         if not resume:
             check_fresh(self.run_dir, a.overwrite_output_dir)
-        save_config(a, self.run_dir / "config.yaml")
         if a.weight_interpolation != 1:  # before a resume loads later weights
             self.start_weights = weight_snapshot(self.model)
         if resume:
             self._resume(None if resume is True else Path(resume))
+        save_config(a, self.run_dir / "config.yaml")  # after a resume: a config that cannot resume leaves the old
         if a.eval_steps and not self.eval_fn:
             log.warning("eval_steps=%d but nothing to evaluate (no task, eval_fn or eval_dataset): no eval/ metrics",
                         a.eval_steps)

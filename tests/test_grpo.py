@@ -122,12 +122,9 @@ def _run(tiny_dir, tmp_path, name, **kw):
     return t
 
 
-def test_resume_matches_an_uninterrupted_run(tiny_dir, tmp_path):
-    kw = dict(max_steps=4, save_steps=2, lr_scheduler_type="cosine", warmup_steps=1, num_iterations=2, beta=0.02)
-    full = _run(tiny_dir, tmp_path, "a", **kw)
-
-    crashing = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], args=args(tmp_path / "b", **kw),
-                           train_dataset=PROMPTS)
+def _crash_in_step_3_then_resume(tiny_dir, path, **kw) -> GRPOTrainer:
+    """A run in `path` killed during its third step, and the trainer that resumes it (not yet trained)."""
+    crashing = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], args=args(path, **kw), train_dataset=PROMPTS)
     real_step = crashing.step
 
     def step_then_crash():
@@ -138,8 +135,15 @@ def test_resume_matches_an_uninterrupted_run(tiny_dir, tmp_path):
     crashing.step = step_then_crash
     with pytest.raises(KeyboardInterrupt):
         crashing.train()
-    resumed = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], args=args(tmp_path / "b", resume=True, **kw),
-                          train_dataset=PROMPTS)
+    return GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], args=args(path, resume=True, **kw),
+                       train_dataset=PROMPTS)
+
+
+def test_resume_matches_an_uninterrupted_run(tiny_dir, tmp_path):
+    kw = dict(max_steps=4, save_steps=2, lr_scheduler_type="cosine", warmup_steps=1, num_iterations=2, beta=0.02)
+    full = _run(tiny_dir, tmp_path, "a", **kw)
+
+    resumed = _crash_in_step_3_then_resume(tiny_dir, tmp_path / "b", **kw)
     assert resumed.step_count == 0
     resumed.train()
     assert resumed.step_count == 4
@@ -547,21 +551,8 @@ def test_resume_with_sync_ref_model_matches_an_uninterrupted_run(tiny_dir, tmp_p
               ref_model_mixup_alpha=0.9)
     full = _run(tiny_dir, tmp_path, "a", **kw)
 
-    crashing = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], args=args(tmp_path / "b", **kw),
-                           train_dataset=PROMPTS)
-    initial_ref = params(crashing.ref_model)
-    real_step = crashing.step
-
-    def step_then_crash():
-        if crashing.step_count == 3:
-            raise KeyboardInterrupt("simulated crash")
-        return real_step()
-
-    crashing.step = step_then_crash
-    with pytest.raises(KeyboardInterrupt):
-        crashing.train()
-    resumed = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], args=args(tmp_path / "b", resume=True, **kw),
-                          train_dataset=PROMPTS)
+    resumed = _crash_in_step_3_then_resume(tiny_dir, tmp_path / "b", **kw)
+    initial_ref = params(resumed.ref_model)  # restored from the checkpoint only when it trains
     resumed.train()
     assert resumed.step_count == 4
     assert any(not torch.equal(initial_ref[n], p) for n, p in params(resumed.ref_model).items())  # it moved

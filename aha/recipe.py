@@ -77,12 +77,8 @@ def _check_ref_kinds(stages: list[dict]) -> None:
                                   f"{makes}; {key} takes {takes[want]}")
 
 
-def validate(recipe: dict, numbers: dict[tuple, str] | None = None, where: str = "recipe") -> list[dict]:
-    """Check the whole recipe before anything runs; return its stages with defaults filled in.
-
-    `numbers` (from config.parse.load_yaml) lets a text field refuse a value YAML read as a number.
-    """
-    numbers = numbers or {}
+def _check_top(recipe: dict, numbers: dict[tuple, str], where: str) -> None:
+    """The recipe's own keys: a mapping of RECIPE_KEYS, text where text is due, `eval` a mapping."""
     if not isinstance(recipe, dict):
         raise ConfigError(f"{where}: a recipe is a mapping (output_dir, model, eval, stages); "
                           f"got a {type(recipe).__name__}")
@@ -96,6 +92,15 @@ def validate(recipe: dict, numbers: dict[tuple, str] | None = None, where: str =
             raise ConfigError(f"recipe {key}: expected a non-empty string, got {recipe[key]!r}")
     if recipe.get("eval") is not None and not isinstance(recipe["eval"], dict):
         raise ConfigError(f"recipe `eval` block: expected a mapping of EvalConfig fields, got {recipe['eval']!r}")
+
+
+def validate(recipe: dict, numbers: dict[tuple, str] | None = None, where: str = "recipe") -> list[dict]:
+    """Check the whole recipe before anything runs; return its stages with defaults filled in.
+
+    `numbers` (from config.parse.load_yaml) lets a text field refuse a value YAML read as a number.
+    """
+    numbers = numbers or {}
+    _check_top(recipe, numbers, where)
     stages = recipe.get("stages")
     if not isinstance(stages, list) or not stages:
         raise ConfigError("a recipe needs a non-empty `stages` list")
@@ -199,17 +204,9 @@ def _read_done(done: Path, name: str) -> dict:
     return record
 
 
-def run_recipe(path: str, overrides: list[str] | None = None) -> dict:
-    """Run (or resume) a recipe; returns and writes the per-stage evaluation summary."""
-    from .eval import run_eval
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"recipe not found: {path}")
-    recipe, numbers = load_yaml(p.read_text(), path)
-    recipe = {} if recipe is None else recipe
-    if not isinstance(recipe, dict):
-        validate(recipe, where=path)  # names the problem
-    for o in overrides or []:
+def _override(recipe: dict, numbers: dict[tuple, str], overrides: list[str]) -> dict[tuple, str]:
+    """Apply `key=value` overrides to `recipe` in place; returns load_yaml's number texts updated to match."""
+    for o in overrides:
         key, eq, value = o.partition("=")
         if not eq:
             raise ConfigError(f"cannot read argument {o!r}: expected key=value (one of {', '.join(RECIPE_KEYS)})")
@@ -220,6 +217,20 @@ def run_recipe(path: str, overrides: list[str] | None = None) -> dict:
         else:
             recipe[key], given = load_yaml(value, o)
             numbers.update({(key, *k): v for k, v in given.items()})
+    return numbers
+
+
+def run_recipe(path: str, overrides: list[str] | None = None) -> dict:
+    """Run (or resume) a recipe; returns and writes the per-stage evaluation summary."""
+    from .eval import run_eval
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"recipe not found: {path}")
+    recipe, numbers = load_yaml(p.read_text(), path)
+    recipe = {} if recipe is None else recipe
+    if not isinstance(recipe, dict):
+        validate(recipe, where=path)  # names the problem
+    numbers = _override(recipe, numbers, overrides or [])
     stages = validate(recipe, numbers, path)
     root = Path(recipe.get("output_dir") or "runs/recipe")
     root.mkdir(parents=True, exist_ok=True)

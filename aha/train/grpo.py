@@ -130,18 +130,7 @@ class GRPOTrainer(Trainer):
             raise ValueError(f"{len(w)} reward_weights for {len(self.reward_funcs)} reward functions")
         self.reward_weights = torch.tensor(w, dtype=torch.float32)                  # [F]
         self.streaming = is_stream(train_dataset)
-        if self.streaming and iter(train_dataset) is train_dataset:
-            raise ValueError(f"train_dataset is a {type(train_dataset).__name__}, which can be read only once, and "
-                             "training reads its rows again every epoch: pass a list, a datasets.Dataset, or "
-                             "datasets.IterableDataset.from_generator(a function that makes the generator)")
-        if self.streaming:  # rows arrive as training reads them (StreamSampler); the first one is checked now
-            first = check_row(next(iter(train_dataset), None) or {}, 0, args.prompt_column)
-            self.rows: dict[int, dict] | list[dict] = {}
-            check_columns(self.reward_funcs, {k: None for k in first})
-        else:
-            self.rows = load_rows(train_dataset, args.prompt_column)
-            check_columns(self.reward_funcs, {k: None for k in self.rows[0]})
-            check_not_all_null(self.reward_funcs, self.rows)
+        self.rows: dict[int, dict] | list[dict] = self._read_rows(train_dataset)
 
         self.model, self.tokenizer = setup_model(args, model, processing_class, peft_config)
         if args.disable_dropout:
@@ -180,6 +169,22 @@ class GRPOTrainer(Trainer):
     @property
     def max_steps(self) -> int:
         return self._max_steps
+
+    def _read_rows(self, train_dataset) -> dict[int, dict] | list[dict]:
+        """The training rows, checked against the reward functions' columns; a streaming dataset's arrive as
+        training reads them (StreamSampler), so none is kept now and only the first one is checked."""
+        if not self.streaming:
+            rows = load_rows(train_dataset, self.args.prompt_column)
+            check_columns(self.reward_funcs, {k: None for k in rows[0]})
+            check_not_all_null(self.reward_funcs, rows)
+            return rows
+        if iter(train_dataset) is train_dataset:
+            raise ValueError(f"train_dataset is a {type(train_dataset).__name__}, which can be read only once, and "
+                             "training reads its rows again every epoch: pass a list, a datasets.Dataset, or "
+                             "datasets.IterableDataset.from_generator(a function that makes the generator)")
+        first = check_row(next(iter(train_dataset), None) or {}, 0, self.args.prompt_column)
+        check_columns(self.reward_funcs, {k: None for k in first})
+        return {}
 
     def trainer_state(self, step: int):
         """The transformers TrainerState a reward function gets as `trainer_state` at GRPO step `step`, as TRL

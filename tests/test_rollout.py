@@ -179,6 +179,45 @@ def test_top_k_one_and_tiny_top_p_are_greedy(tok):
         assert engine.generate(PROMPTS, 2, params, g).completion_ids == greedy
 
 
+@pytest.mark.parametrize("probs, top_p, kept", [
+    ([0.25, 0.25, 0.25, 0.25], 0.5, 2),   # 0.25 + 0.25 reaches 0.5: two tokens, as HF's TopPLogitsWarper keeps
+    ([0.5, 0.25, 0.125, 0.125], 0.5, 1),  # the top token alone reaches it
+    ([0.5, 0.3, 0.2], 0.8, 2),
+    ([0.5, 0.3, 0.2], 0.81, 3),
+])
+def test_top_p_keeps_the_smallest_set_reaching_p(probs, top_p, kept):
+    logits = torch.log(torch.tensor([probs]))
+    draws = engine_module.sample_tokens(logits.expand(4000, -1), SamplingParams(temperature=1.0, top_p=top_p),
+                                        torch.Generator().manual_seed(0))
+    assert set(draws.tolist()) == set(range(kept))
+
+
+def test_a_sliding_window_prompt_that_joins_a_batch_is_decoded_with_its_window(monkeypatch):
+    """A later, longer prompt of the same call passes the window: the whole call decodes through the model's own
+    cache (which applies the window), never a LayerCache cohort (which has none)."""
+    import transformers
+    cfg = transformers.MistralConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                     num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                                     max_position_embeddings=256, initializer_range=0.3, sliding_window=8)
+    torch.manual_seed(0)
+    model = transformers.MistralForCausalLM(cfg).eval()
+    prompts, params = [[5], [9], [21, 8, 8, 30, 12, 11, 4, 17, 40, 33]], SamplingParams(temperature=0, max_new_tokens=7)
+    alone = [HFEngine(model, [58], 0).generate([p], 1, params).completion_ids[0] for p in prompts]
+    monkeypatch.setattr(engine_module, "ADMIT_FRACTION", 0.25)
+    assert HFEngine(model, [58], 0, max_batch=2).generate(prompts, 1, params).completion_ids == alone
+
+
+def test_a_prompt_past_the_context_is_an_error(tok):
+    model = model_of(tok, "llama")
+    ctx = model.config.max_position_embeddings
+    engine = HFEngine(model, [], tok.pad_token_id)
+    with pytest.raises(ValueError, match=rf"a prompt of 3 tokens \+ max_new_tokens {ctx - 2} exceeds the model's "
+                                         rf"context of {ctx} tokens"):
+        engine.generate([[5, 6], [5, 6, 7]], 1, SamplingParams(temperature=0, max_new_tokens=ctx - 2))
+    assert len(engine.generate([[5, 6, 7]], 1, SamplingParams(temperature=0, max_new_tokens=ctx - 3))
+               .completion_ids[0]) <= ctx - 3
+
+
 def test_sampling_follows_the_temperature_scaled_distribution():
     """With logits log([0.5, 0.3, 0.2]) and temperature 1, the token frequencies over 20k draws are
     those probabilities (standard error ~0.0035, so 0.02 is a > 5-sigma bound)."""

@@ -368,6 +368,9 @@ class GRPOConfig(TrainConfig):
         if N % (micro * accum):
             raise ConfigError(f"generation_batch_size {N} must be divisible by "
                               f"per_device_train_batch_size * gradient_accumulation_steps = {micro * accum}")
+        if self.generation_max_batch < G:
+            raise ConfigError(f"generation_max_batch {self.generation_max_batch} < num_generations {G}: a prompt's "
+                              "G completions decode together (its prompt prefilled once for all of them)")
         if self.reward_weights is not None and self.reward_funcs and \
                 len(self.reward_weights) != len(self.reward_funcs):
             raise ConfigError(f"{len(self.reward_weights)} reward_weights for "

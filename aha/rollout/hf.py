@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from ..models.load import attention_kernels, cache_arg
+from ..models.load import attention_kernels, cache_arg, context_length
 from .base import GroupCallback, Rollout, SamplingParams
 
 CACHE_CHUNK = 128
@@ -141,7 +141,8 @@ def sample_tokens(logits: Tensor, params: SamplingParams,
     if params.top_p < 1.0:
         sorted_logits, order = torch.sort(logits, dim=-1, descending=True)      # [m,V]
         probs = sorted_logits.softmax(-1)
-        drop = probs.cumsum(-1) - probs > params.top_p  # keep the smallest prefix reaching top_p
+        drop = probs.cumsum(-1) - probs >= params.top_p  # keep the smallest prefix reaching top_p (as HF's)
+        drop[:, 0] = False                               # and always the top token
         sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
         logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
     probs = logits.softmax(-1)
@@ -519,10 +520,16 @@ class HFEngine:
     def generate(self, prompt_ids: list[list[int]], n: int, params: SamplingParams,
                  generator: torch.Generator | None = None, on_group: GroupCallback | None = None) -> Rollout:
         """n completions per prompt, prompt-major (see Rollout); `on_group(i, rollout)` as each prompt's n finish.
-        At most max_batch rows decode at once. Rows that do not fit wait, and start the next batch once the running
-        one is done, or (LayerCache, with ADMIT_FRACTION < 1) join it as a cohort as its rows finish."""
+        At most max_batch rows decode at once (at least one prompt's n rows: they start together). Rows that do
+        not fit wait, and start the next batch once the running one is done, or (LayerCache, with ADMIT_FRACTION
+        < 1) join it as a cohort as its rows finish. A prompt + max_new_tokens past the model's context is an
+        error."""
         if not prompt_ids or any(len(p) == 0 for p in prompt_ids):
             raise ValueError("generate needs at least one prompt and no empty prompt")
+        longest, ctx = max(map(len, prompt_ids)), context_length(self.model)
+        if ctx and longest + params.max_new_tokens > ctx:
+            raise ValueError(f"a prompt of {longest} tokens + max_new_tokens {params.max_new_tokens} exceeds the "
+                             f"model's context of {ctx} tokens")
         was_training = self.model.training
         self.model.eval()
         try:
@@ -604,16 +611,17 @@ class HFEngine:
                 cache = cache if isinstance(cache, Cohorts) else Cohorts(cache)
                 logits = cache.admit(ids, mask, counts)                          # [P,V]
             else:
-                cache = self._cache(mask, T, packed)
+                cache = self._cache(mask, T, max(map(len, prompts)) + T, packed)
                 logits = cache.forward(ids, (mask.cumsum(-1) - 1).clamp(min=0))  # [P,V]
                 if n > 1:  # prefill once per prompt, then share the cache among its n samples
                     cache.repeat(n)
         return cache, logits.repeat_interleave(counts, 0), mask.sum(-1).repeat_interleave(counts, 0)
 
-    def _cache(self, mask: Tensor, T: int, packed: dict | None):
+    def _cache(self, mask: Tensor, T: int, total: int, packed: dict | None):
         """A cache for prompts `mask` [P,L] and T new tokens: LayerCache for the Llama layout (GraphCache on a GPU
-        with CUDA graphs on), HFCache for every other model."""
-        fast = self.layer_cache and LayerCache.supports(self.model, mask.shape[1] + T)
+        with CUDA graphs on), HFCache for every other model, and for a sliding-window model where some row of the
+        call (`total`: its longest prompt + T; rows may join this cache later) passes the window."""
+        fast = self.layer_cache and LayerCache.supports(self.model, total)
         if fast and self.cuda_graphs and mask.device.type == "cuda":
             return GraphCache(self.model, mask, T, packed=packed)
         return LayerCache(self.model, mask, T, packed=packed) if fast else HFCache(self.model, mask, T)

@@ -357,20 +357,7 @@ class GRPOConfig(TrainConfig):
         })
         if self.max_steps == 0 and self.num_train_epochs is None:
             self.max_steps = DEFAULT_GRPO_STEPS
-        G, micro, accum = self.num_generations, self.per_device_train_batch_size, self.gradient_accumulation_steps
-        if self.generation_batch_size is None:
-            self.generation_batch_size = micro * accum
-        N = self.generation_batch_size
-        if N % G:
-            raise ConfigError(f"generation_batch_size {N} (= per_device_train_batch_size * "
-                              f"gradient_accumulation_steps unless set) must be divisible by "
-                              f"num_generations {G}")
-        if N % (micro * accum):
-            raise ConfigError(f"generation_batch_size {N} must be divisible by "
-                              f"per_device_train_batch_size * gradient_accumulation_steps = {micro * accum}")
-        if self.generation_max_batch < G:
-            raise ConfigError(f"generation_max_batch {self.generation_max_batch} < num_generations {G}: a prompt's "
-                              "G completions decode together (its prompt prefilled once for all of them)")
+        self._check_batch()
         if self.reward_weights is not None and self.reward_funcs and \
                 len(self.reward_weights) != len(self.reward_funcs):
             raise ConfigError(f"{len(self.reward_weights)} reward_weights for "
@@ -386,6 +373,23 @@ class GRPOConfig(TrainConfig):
         algos.get_aggregation(self.loss_type)
         algos.get_kl(self.kl_estimator)
         algos.get_ratio(self.importance_sampling_level)
+
+    def _check_batch(self) -> None:
+        """generation_batch_size (derived when unset) against the group size, the minibatch and the engine's batch."""
+        G, micro, accum = self.num_generations, self.per_device_train_batch_size, self.gradient_accumulation_steps
+        if self.generation_batch_size is None:
+            self.generation_batch_size = micro * accum
+        N = self.generation_batch_size
+        if N % G:
+            raise ConfigError(f"generation_batch_size {N} (= per_device_train_batch_size * "
+                              f"gradient_accumulation_steps unless set) must be divisible by "
+                              f"num_generations {G}")
+        if N % (micro * accum):
+            raise ConfigError(f"generation_batch_size {N} must be divisible by "
+                              f"per_device_train_batch_size * gradient_accumulation_steps = {micro * accum}")
+        if self.generation_max_batch < G:
+            raise ConfigError(f"generation_max_batch {self.generation_max_batch} < num_generations {G}: a prompt's "
+                              "G completions decode together (its prompt prefilled once for all of them)")
 
     def _check_distributed(self) -> None:
         require_all(self, {

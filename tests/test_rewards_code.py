@@ -138,6 +138,74 @@ def test_a_batch_of_infinite_loops_is_bounded_by_the_batch_timeout():
     assert counts["timeouts"] == len(ran) and counts["unjudged"] == 8 - len(ran)
 
 
+RANGES_AND_ITERATORS = '''```python
+def gen():
+    return (x for x in (0, 1))
+
+
+def rng():
+    return range(3)
+
+
+def nested():
+    return {"r": range(1, 3), "m": map(abs, [-1, -2])}
+
+
+def total(xs):
+    return sum(xs)
+```'''
+
+
+def test_ranges_and_iterators_compare_as_python_compares_them(reward):
+    """They cross the sandbox boundary as tagged data and come back as a range, or an iterator over the items: a
+    generator equals only itself and a range only an equal range, never a tuple or list (a HumanEval/8 answer
+    returning `(x for x in (s, p))` must fail `== (0, 1)`). Iterating them, and passing them back, still works."""
+    tests = ["assert gen() != (0, 1)", "assert rng() != (0, 1, 2)", "assert rng() != [0, 1, 2]",
+             "assert rng() == range(0, 3) and rng()[1:] == range(1, 3) and rng() != range(4)",
+             "assert tuple(gen()) == (0, 1) and list(rng()) == [0, 1, 2]",
+             ["g = gen()", "assert next(g) == 0 and list(g) == [1] and list(g) == []"],
+             "assert nested()['r'] == range(1, 3) and list(nested()['m']) == [1, 2]",
+             "assert total(rng()) == 3 and total(gen()) == 1 and total(iter([5, 6])) == 11"]
+    out = reward(None, [RANGES_AND_ITERATORS] * len(tests), tests=[t if isinstance(t, list) else [t] for t in tests])
+    assert out == [1.0] * len(tests)
+    reward.pop_metrics()
+
+
+def test_a_program_cannot_change_what_the_tests_compute(reward):
+    """The tests see the real builtins and the dataset's own helpers, whatever the program defines or imports
+    under their names (`def sum` once made the test module's `poly` return 0); a program may still use a helper
+    named like a builtin itself."""
+    poly_tests = FIND_ZERO_TEST.replace("def check(candidate):", "import math\n\n\ndef poly(xs, x):\n"
+                                        "    return sum([c * math.pow(x, i) for i, c in enumerate(xs)])\n\n\n"
+                                        "def check(candidate):")
+    cases = [("def sum(*a):\n    return 0\n\ndef find_zero(xs):\n    return 0.0", poly_tests, "find_zero", 0.0),
+             ("def abs(x):\n    return 0\n\ndef f():\n    return 2", ["assert abs(f() - 1) < 1e-9"], None, 0.0),
+             ("from operator import truth as isinstance\ndef f():\n    return 2", ["assert isinstance(f(), str)"],
+              None, 0.0),
+             ("def tuple(*a):\n    return (1, 2)\n\ndef f():\n    return [2, 1]", ["assert tuple(f()) == (1, 2)"],
+              None, 0.0),
+             ("def max(a, b):\n    return a if a > b else b\n\ndef f(xs):\n    return max(xs[0], xs[1])",
+              ["assert f([1, 3]) == 3 == max(1, 3)"], None, 1.0)]
+    out = reward(None, [f"```python\n{c}\n```" for c, _, _, _ in cases], tests=[t for _, t, _, _ in cases],
+                 entry_point=[e for _, _, e, _ in cases])
+    assert out == [v for _, _, _, v in cases]
+    reward.pop_metrics()
+
+
+def test_constant_asserts_are_not_tests(reward):
+    """HumanEval's `assert True, "This prints if this assert fails"` steps test nothing: they run, but count for
+    nothing, so a do-nothing program earns nothing from them."""
+    tests = ("def check(candidate):\n    assert candidate(1) == 2\n    assert True, 'prints if this fails'\n"
+             "    assert True\n    assert 1 == 1\n")
+    spec = parse_tests(tests, "f")
+    assert spec.total == 1 and len(spec.steps) == 4
+    assert parse_tests(["assert True", "assert f(1) == 2"]).total == 1
+    with pytest.raises(ValueError, match="no assert"):
+        parse_tests(["assert True"])
+    assert reward(None, ["```python\ndef f(x):\n    return None\n```"], tests=[tests], entry_point=["f"]) == [0.0]
+    reward.pop_metrics()
+
+
 def test_base_model_continuation_gets_the_prompt_prepended(reward):
     prompt = 'def add(a, b):\n    """Add two numbers."""\n'
     out = reward([prompt], ["    return a + b\n"], tests=["def check(candidate):\n    assert candidate(2, 3) == 5\n"],

@@ -68,6 +68,19 @@ def hostile_cases(port: int, escape: str) -> list[Case]:
         Case("exit_during_tests", "import sys\ndef f():\n    sys.exit(0)\n", ok),
         Case("always_equal_result", "class A:\n    def __eq__(self, other):\n        return True\n"
              "    def __ne__(self, other):\n        return False\ndef f():\n    return A()\n", ok),
+        Case("generator_for_tuple", "def f():\n    return (x for x in (0, 1))\n", ["assert f() == (0, 1)"]),
+        Case("range_for_tuple", "def f():\n    return range(2)\n", ["assert f() == (0, 1)"]),
+        Case("forged_tagged_reply", "import sys\nm = sys.modules['__main__']\nsend = m._send\n"
+             "m._send = lambda fd, obj: send(fd, ('ok', (..., 'iter', 5), True) if obj[:1] == ('ok',) else obj)\n"
+             "def f():\n    return 1\n", ["assert f() == (..., 'iter', 5) or f() == 5"]),
+        Case("forge_report_via_pid1", "import marshal\nfor fd in range(64):\n    try:\n"
+             "        open(f'/proc/1/fd/{fd}', 'wb').write(marshal.dumps({'passed': 1, 'total': 1}))\n"
+             "    except OSError:\n        pass\ndef f():\n    return 2\n", ok),
+        Case("forged_ready_message", "import marshal, os, struct, sys\nd = marshal.dumps(('ready', 5))\n"
+             "os.write(int(sys.argv[4]), struct.pack('>I', len(d)) + d)\ndef f():\n    return 2\n", ok),
+        Case("shadow_builtin", "def abs(x):\n    return 0\ndef f():\n    return 2\n", ["assert abs(f() - 1) < 1e-9"]),
+        Case("shadow_builtin_loop", "def range(*a):\n    return ()\ndef f(x):\n    return 0\n",
+             ["for x in range(3):\n    assert f(x) == x + 1"]),
         Case("patch_checker", "import builtins, os, sys\nbuiltins.AssertionError = type('E', (Exception,), {})\n"
              "def check(candidate):\n    pass\nsys.modules['__main__'].__dict__['check'] = check\n"
              "for fd in range(64):\n    try:\n        os.write(fd, b'{\"passed\": 1, \"total\": 1}\\n')\n"
@@ -158,6 +171,33 @@ def test_fallback_enforces_what_it_reports(fallback_strength):
     if platform.machine() in ("x86_64", "aarch64"):
         assert fallback_strength["seccomp"] is True
     assert "landlock" in fallback_strength
+
+
+def test_report_must_be_one_marshal_object_with_this_runs_token():
+    """A forged verdict written ahead of the checker's (bwrap's init once held the report pipe as /proc/1/fd/1)
+    is refused: one marshal dict with the token, nothing before or after it."""
+    import marshal
+    from aha.rewards.sandbox import _report
+    good = {"passed": 1, "total": 1, "token": "t"}
+    assert _report(marshal.dumps(good), "t") == {"passed": 1, "total": 1}
+    assert _report(marshal.dumps({"passed": 1, "total": 1}) + marshal.dumps(good), "t") is None
+    assert _report(marshal.dumps(good) + b"x", "t") is None
+    assert _report(marshal.dumps(good), "u") is None
+    assert _report(marshal.dumps([good]), "t") is None and _report(b"", "t") is None
+
+
+@pytest.mark.parametrize("mode", _modes())
+def test_a_failing_program_cannot_turn_its_zero_into_an_error(mode, monkeypatch):
+    """A harness "error" is None, which GRPO leaves out of the group: a failing program must not reach it, e.g.
+    with an import that raises SystemExit when the checker repeats it. The program's imports reach the checker
+    only for harmless modules (an `import venv.__main__` there would run model-chosen code outside seccomp)."""
+    from aha.rewards import sandbox
+    stubbed = ("```python\nimport sys, types\nsys.modules['unittest.__main__'] = types.ModuleType('stub')\n"
+               "import unittest.__main__\nfrom operator import truth as isinstance\ndef f():\n    return 2\n```")
+    monkeypatch.setattr(sandbox, "_ISOLATION", mode)
+    reward = CodeReward(timeout_s=2.0)
+    assert reward(None, [stubbed], tests=[["assert f() == 1", "assert isinstance(f(), str)"]]) == [0.0]
+    assert not reward.pop_metrics().get("errors")
 
 
 def test_code_reward_reports_isolation_and_scores_zero():

@@ -258,6 +258,56 @@ def test_humaneval_whole_functions_pass_and_wrong_ones_fail():
     assert all(v < 1.0 for v in score(fraction, rows, ["    return None"] * len(rows)))
 
 
+HUMANEVAL_WITH_HELPERS = {"HumanEval/10": "is_palindrome", "HumanEval/32": "poly", "HumanEval/38": "encode_cyclic",
+                          "HumanEval/50": "encode_shift"}
+"""Prompts that define a helper before the function asked for; the tests or the canonical solution call it."""
+
+
+def entry_function_only(row: dict) -> str:
+    """A reply with just the function asked for: the prompt from its `def <entry_point>(` on, plus the body."""
+    code = row["code_prompt"]
+    start = code.rindex(f"def {row['entry_point']}(")
+    return f"```python\n{code[start:]}{row['solution']}```"
+
+
+@needs_rewards
+def test_humaneval_reply_with_only_the_asked_function_gets_the_prompts_helpers():
+    """The official harness runs prompt + completion + tests in one namespace, so the prompt's imports and helpers
+    exist even when the reply is just the function asked for; and the reply's own definitions still win."""
+    task = get_task("humaneval")
+    rows = [r for r in task.load("test") if r["id"] in HUMANEVAL_WITH_HELPERS]
+    replies = [entry_function_only(r) for r in rows]
+    assert len(rows) == 4 and all(f"def {HUMANEVAL_WITH_HELPERS[r['id']]}" not in t for r, t in zip(rows, replies))
+    assert misses(rows, score(task.correct(), rows, replies)) == []
+    assert misses(rows, score(task.rewards()[0], rows, replies)) == []
+    # HumanEval/10's solution calls is_palindrome: the reply's own (wrong) one replaces the prompt's
+    row = next(r for r in rows if r["id"] == "HumanEval/10")
+    own = "```python\ndef is_palindrome(string):\n    return False\n\n\n" + entry_function_only(row)[10:]
+    assert score(task.correct(), [row], [own]) == [0.0]
+    # but the tests call the prompt's helpers, not the reply's: an identity encode_cyclic, or a poly that
+    # is always 0, would otherwise pass HumanEval/38 and /32 without solving them
+    by_id = {r["id"]: r for r in rows}
+    hacks = {"HumanEval/38": "def encode_cyclic(s):\n    return s\n\n\ndef decode_cyclic(s):\n    return s\n",
+             "HumanEval/32": "def poly(xs, x):\n    return 0\n\n\ndef find_zero(xs):\n    return 0.0\n"}
+    hacked = [by_id[k] for k in hacks]
+    assert score(task.correct(), hacked, [f"```python\n{hacks[r['id']]}```" for r in hacked]) == [0.0, 0.0]
+
+
+@needs_rewards
+def test_math500_plain_template_reads_the_final_number_as_jsonl_does():
+    """The plain templates ask for no answer format, so the final number counts (as in jsonl_task and gsm8k);
+    templates that ask for a format stay strict."""
+    for name, expect in (("math500@plain", 1.0), ("math500@plain_base", 1.0), ("math500", 0.0),
+                         ("math500@boxed", 0.0)):
+        task = get_task(name)
+        row = task.load("test")[2]  # gold 14/3
+        assert row["answer"] == "\\frac{14}{3}"
+        text = "Dividing, the result is 14/3."
+        assert score(task.correct(), [row], [text]) == [expect], name
+        assert score(task.rewards()[0], [row], [text]) == [expect], name
+        assert score(task.correct(), [row], ["\\boxed{\\frac{14}{3}}"]) == [1.0], name
+
+
 def test_jsonl_correctness_agrees_with_the_training_reward(tmp_path):
     """A plain template asks for no answer format, so the final number counts in evaluation as in training;
     an r1 template asks for <answer>, and a bare number there is not an answer, in both."""

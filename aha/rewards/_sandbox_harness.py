@@ -5,7 +5,9 @@ its stdout when they are done. It never executes model code: it starts the *cand
 "candidate"), which executes the program and answers calls to its functions with plain data (marshal) over a
 pipe, while the test code runs in the checker against proxies. So a program that exits early, kills its
 parent, patches builtins or the checker, or returns an object whose `__eq__` is always True cannot reach the
-verdict: it can answer wrongly, or leave, die or kill the checker before the tests end, which scores 0.
+verdict: it can answer wrongly, or leave, die or kill the checker before the tests end, which scores 0. The
+tests see the program's functions under their names, but never in place of a builtin or a helper the dataset
+defines, and the program's imports are repeated beside them only for harmless modules (code_tests.SAFE_IMPORTS).
 
 Both roles harden themselves first: resource limits, no new privileges, no capabilities, a seccomp filter
 (no sockets, no ptrace; the candidate also cannot fork, exec, signal other processes or leave its process
@@ -236,28 +238,68 @@ _LIMIT_KEYS = ("memory_mb", "cpu_s", "max_file_mb", "max_open_files", "max_procs
 _SCALARS = (type(None), bool, int, float, complex, str, bytes)
 
 
-def _plain(x, depth=0):
+_MARK = Ellipsis  # tags a range or an iterator in plain data; _plain refuses a bare `...`, so no value looks like one
+MAX_DEPTH = 64
+
+
+def _plain(x, marks, depth=0):
     """`x` as plain data for marshal, keeping equality as Python has it: a Counter or OrderedDict becomes a dict
-    and a namedtuple a tuple (each compares equal to those already); a generator or range becomes a tuple, which,
-    like them, is never equal to a list. Anything else (an object with its own __eq__) is refused."""
-    if depth > 64:
+    and a namedtuple a tuple (each compares equal to those already). A range or an iterator (a generator, map,
+    zip...) cannot cross as itself: it goes as a tagged tuple, (_MARK, "range", start, stop, step) or
+    (_MARK, "iter", items), appending to `marks`, and `_unplain` rebuilds a range or an iterator over the items
+    on the other side, so it compares as Python would (a range equals only an equal range, an iterator only
+    itself), never as a tuple or list. Anything else (an object with its own __eq__) is refused."""
+    if depth > MAX_DEPTH:
         raise ValueError("nested too deeply")
     t = type(x)
     if t in _SCALARS:
         return x
     if isinstance(x, dict):
-        return {_plain(k, depth + 1): _plain(v, depth + 1) for k, v in x.items()}
+        return {_plain(k, marks, depth + 1): _plain(v, marks, depth + 1) for k, v in x.items()}
     if isinstance(x, list):
-        return [_plain(v, depth + 1) for v in x]
-    if isinstance(x, (tuple, range)) or hasattr(t, "__next__"):
-        return tuple(_plain(v, depth + 1) for v in x)
+        return [_plain(v, marks, depth + 1) for v in x]
+    if isinstance(x, tuple):
+        return tuple(_plain(v, marks, depth + 1) for v in x)
+    if t is range:
+        marks.append(t)
+        return (_MARK, "range", x.start, x.stop, x.step)
+    if hasattr(t, "__next__"):
+        marks.append(t)
+        return (_MARK, "iter", tuple(_plain(v, marks, depth + 1) for v in x))
     if isinstance(x, frozenset):
-        return frozenset(_plain(v, depth + 1) for v in x)
+        return frozenset(_plain(v, marks, depth + 1) for v in x)
     if isinstance(x, set):
-        return {_plain(v, depth + 1) for v in x}
+        return {_plain(v, marks, depth + 1) for v in x}
     for base in _SCALARS[2:]:
         if isinstance(x, base):
             return base(x)
+    raise ValueError(f"{t.__name__} is not plain data")
+
+
+def _unplain(x, depth=0):
+    """What `_plain` sent, with its tagged ranges and iterators rebuilt. The other side may be the model's
+    process, so anything malformed is refused (ValueError), never guessed at."""
+    if depth > 2 * MAX_DEPTH + 4:
+        raise ValueError("nested too deeply")
+    t = type(x)
+    if t is tuple:
+        if x and x[0] is _MARK:
+            if len(x) == 5 and x[1] == "range" and all(type(v) is int for v in x[2:]) and x[4] != 0:
+                return range(x[2], x[3], x[4])
+            if len(x) == 3 and x[1] == "iter" and type(x[2]) is tuple:
+                return iter(tuple(_unplain(v, depth + 1) for v in x[2]))
+            raise ValueError("malformed tagged value")
+        return tuple(_unplain(v, depth + 1) for v in x)
+    if t is list:
+        return [_unplain(v, depth + 1) for v in x]
+    if t is dict:
+        return {_unplain(k, depth + 1): _unplain(v, depth + 1) for k, v in x.items()}
+    if t is frozenset:
+        return frozenset(_unplain(v, depth + 1) for v in x)
+    if t is set:
+        return {_unplain(v, depth + 1) for v in x}
+    if t in _SCALARS:
+        return x
     raise ValueError(f"{t.__name__} is not plain data")
 
 
@@ -284,9 +326,12 @@ def candidate():
         if msg == "ping":
             _send(wfd, "pong")
             continue
-        name, args, kwargs = msg
+        name, args, kwargs, marked = msg
         try:
-            result = ("ok", _plain(ns[name](*args, **kwargs)))
+            if marked:
+                args, kwargs = _unplain(args), _unplain(kwargs)
+            marks = []
+            result = ("ok", _plain(ns[name](*args, **kwargs), marks), bool(marks))
         except SystemExit:
             _send(wfd, ("dead", "SystemExit"))
             os._exit(1)
@@ -338,7 +383,8 @@ class Candidate:
             return None
         except (EOFError, ValueError, struct.error):
             reply = None
-        if not (isinstance(reply, tuple) and len(reply) == 2 and reply[0] == "ready"):
+        if not (isinstance(reply, tuple) and len(reply) == 2 and reply[0] == "ready"
+                and isinstance(reply[1], (list, tuple))):
             self.kill()
             return None
         return [n for n in reply[1] if isinstance(n, str)]
@@ -346,8 +392,13 @@ class Candidate:
     def call(self, name, args, kwargs):
         if self.gone:
             raise CandidateGone
+        marks = []
         try:
-            _send(self.w, (name, args, kwargs))
+            message = (name, _plain(args, marks), _plain(kwargs, marks), bool(marks))
+        except ValueError:  # not plain data: as marshal takes it, or not at all
+            message = (name, args, kwargs, False)
+        try:
+            _send(self.w, message)
         except ValueError:
             raise TypeError("the arguments are not plain data") from None
         except OSError:
@@ -360,8 +411,13 @@ class Candidate:
             raise CandidateGone from None
         except (EOFError, ValueError, struct.error, OSError):
             reply = None
-        if isinstance(reply, tuple) and len(reply) == 2 and reply[0] == "ok":
-            return reply[1]
+        if isinstance(reply, tuple) and len(reply) == 3 and reply[0] == "ok":
+            if reply[2] is not True:
+                return reply[1]
+            try:
+                return _unplain(reply[1])
+            except (ValueError, TypeError, RecursionError, MemoryError):
+                raise TypeError("the result is not plain data") from None
         if isinstance(reply, tuple) and len(reply) == 3 and reply[0] == "raise":
             exc = getattr(builtins, str(reply[1]), None)
             if not (isinstance(exc, type) and issubclass(exc, Exception)):
@@ -399,10 +455,37 @@ class Candidate:
         os.close(self.r)
 
 
+_BUILTIN_NAMES = frozenset(vars(builtins))
+
+
+def _binds_freely(name):
+    """Whether a name from the program may be bound where the tests run: never over a builtin (a program's `sum`,
+    `range` or `isinstance` would change what the tests compute) nor a dunder."""
+    return isinstance(name, str) and name not in _BUILTIN_NAMES and not name.startswith("__")
+
+
+def _run(src, ns, filename):
+    """Execute `src` in `ns`; True when it raised nothing. BaseException is caught too: nothing may end the
+    checker early (a SystemExit would turn a failing program's 0 into an "error", which GRPO leaves out)."""
+    try:
+        exec(compile(src, filename, "exec"), ns)
+        return True
+    except BaseException:  # noqa: BLE001 - a failed test or a broken import, whatever it raised
+        return False
+
+
 def run_calls(req, deadline):
     cand = Candidate(req, "calls", deadline)
-    names = cand.names()
     total = sum(1 for _, is_test in req["steps"] if is_test)
+    try:
+        return _run_calls(req, cand, total)
+    except BaseException:  # noqa: BLE001 - anything the program provoked here fails its tests; never an "error"
+        cand.kill()
+        return {"passed": 0, "total": total, "exited": not cand.timed_out, "timed_out": cand.timed_out}
+
+
+def _run_calls(req, cand, total):
+    names = cand.names()
     if names is None:
         return {"passed": 0, "total": total, "exited": not cand.timed_out, "timed_out": cand.timed_out}
 
@@ -412,23 +495,21 @@ def run_calls(req, deadline):
         call.__name__ = name
         return call
 
-    ns = {"__name__": "__aha_tests__", "__builtins__": builtins}
-    ns.update({name: proxy(name) for name in names})
-    for src in req["setup"]:  # the program's imports, the test module's helpers
-        try:
-            exec(compile(src, "<setup>", "exec"), ns)
-        except Exception:  # noqa: BLE001 - a broken import only fails the tests that need it
-            pass
+    imported = {"__builtins__": builtins}
+    for src in req.get("imports", ()):  # the program's own, of harmless modules only (code_tests.program_imports)
+        _run(src, imported, "<imports>")
+    ns = {k: v for k, v in imported.items() if _binds_freely(k)}
+    ns.update({"__name__": "__aha_tests__", "__builtins__": builtins})
+    ns.update({name: proxy(name) for name in names if _binds_freely(name)})  # the program's own names win
+    for src in req["setup"]:  # trusted: the prompt's helpers, the test module's (theirs win over the program's)
+        _run(src, ns, "<setup>")
     ns.update({alias: proxy(target) for alias, target in req["bind"].items()})
     passed = 0
     for src, is_test in req["steps"]:
         if cand.gone:
             break
-        try:
-            exec(compile(src, "<tests>", "exec"), ns)
+        if _run(src, ns, "<tests>"):
             passed += bool(is_test)
-        except Exception:  # noqa: BLE001 - a failed test, whatever it raised
-            pass
     alive = cand.alive_at_end()
     return {"passed": passed if alive else 0, "total": total, "exited": not alive and not cand.timed_out,
             "timed_out": cand.timed_out}
@@ -515,7 +596,8 @@ def checker():
         result.update(info)
     except BaseException as e:  # noqa: BLE001 - a fault here is ours or the dataset's, never a pass
         result = {"error": f"{type(e).__name__}: {e}"[:1000]}
-    os.write(report, marshal.dumps(result))
+    result["token"] = req.get("token")  # the trainer takes no report without it (a forged one has none)
+    _write_all(report, marshal.dumps(result))
 
 
 if __name__ == "__main__":

@@ -48,26 +48,31 @@ def extract_program(text: str) -> str:
 @dataclass
 class TestSpec:
     steps: list[tuple[str, bool]] = field(default_factory=list)  # (source, counts as a test)
-    setup: list[str] = field(default_factory=list)
+    setup: list[str] = field(default_factory=list)  # trusted: the dataset's own code
     bind: dict[str, str] = field(default_factory=dict)
     io: list[tuple[str, str]] | None = None
+    imports: list[str] = field(default_factory=list)  # the program's safe imports (see program_imports)
 
     @property
     def total(self) -> int:
         return len(self.io) if self.io is not None else sum(1 for _, t in self.steps if t)
 
 
-def _has_assert(node: ast.AST) -> bool:
-    return any(isinstance(n, ast.Assert) for n in ast.walk(node))
+def _is_test(node: ast.AST) -> bool:
+    """A step that tests something: it holds an assert whose condition reads a name. HumanEval's
+    `assert True, "This prints if this assert fails"` tests nothing, and would pay a do-nothing program."""
+    return any(isinstance(n, ast.Assert) and any(isinstance(m, ast.Name) for m in ast.walk(n.test))
+               for n in ast.walk(node))
 
 
 def _statements(source: str, nodes: list[ast.stmt]) -> list[tuple[str, bool]]:
-    return [(ast.get_source_segment(source, n) or ast.unparse(n), _has_assert(n)) for n in nodes]
+    return [(ast.get_source_segment(source, n) or ast.unparse(n), _is_test(n)) for n in nodes]
 
 
 def parse_tests(tests: Any, entry_point: str | None = None) -> TestSpec:
     """A dataset's tests as sandbox steps; ValueError when they are unusable (no asserts, no entry point...).
-    Every top-level statement that contains an assert is one test; the others are setup, run in order.
+    Every top-level statement that contains an assert is one test; the others are setup, run in order. An assert
+    that reads no name (`assert True`, `assert 1 == 1`) tests nothing: it runs, but does not count.
 
     >>> parse_tests(["assert f(1) == 2", "assert f(2) == 3"]).total
     2
@@ -101,15 +106,38 @@ def parse_tests(tests: Any, entry_point: str | None = None) -> TestSpec:
         spec = TestSpec(steps=_statements(tests, check.body), setup=[s for s, _ in _statements(tests, setup)],
                         bind={check.args.args[0].arg if check.args.args else "candidate": entry_point})
     if spec.total == 0:
-        raise ValueError("tests contain no assert")
+        raise ValueError("tests contain no assert that tests anything")
     return spec
 
 
+SAFE_IMPORTS = frozenset((
+    "abc", "array", "bisect", "calendar", "cmath", "collections", "collections.abc", "copy", "dataclasses",
+    "datetime", "decimal", "enum", "fractions", "functools", "hashlib", "heapq", "itertools", "json", "math",
+    "numbers", "operator", "random", "re", "statistics", "string", "sys", "textwrap", "time", "typing",
+    "unicodedata"))
+"""Modules whose import does nothing but define names: the only ones a program's imports may bring into the
+checker, where the tests run outside the candidate's seccomp filter (`import venv.__main__` would run there)."""
+
+
 def program_imports(program: str) -> list[str]:
-    """The program's top-level imports, which tests often rely on (MBPP's `math.isclose`)."""
-    tree = ast.parse(program)
-    return [ast.get_source_segment(program, n) or ast.unparse(n) for n in tree.body
-            if isinstance(n, (ast.Import, ast.ImportFrom)) and not getattr(n, "level", 0)]
+    """The program's top-level imports that tests often rely on (MBPP's `math.isclose`), limited to SAFE_IMPORTS:
+    they run again in the checker, so any other module (or a private name) is left out. The checker also drops
+    whatever they bind over a builtin (`from operator import truth as isinstance`).
+
+    >>> program_imports("import math, os\\nfrom venv import __main__\\nfrom collections import Counter as C")
+    ['import math', 'from collections import Counter as C']
+    """
+    out = []
+    for node in ast.parse(program).body:
+        if isinstance(node, ast.Import):
+            names = [a for a in node.names if a.name in SAFE_IMPORTS]
+            if names:
+                out.append(ast.unparse(ast.Import(names=names)))
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module in SAFE_IMPORTS:
+            names = [a for a in node.names if not a.name.startswith("_")]
+            if names:
+                out.append(ast.unparse(ast.ImportFrom(module=node.module, names=names, level=0)))
+    return out
 
 
 class CodeReward(Reward):
@@ -159,16 +187,14 @@ class CodeReward(Reward):
                 self.count("data_errors")
                 logger.debug("unusable tests in row %d: %s", i, e)
                 continue
-            text = completion_text(completion)
-            program = extract_program(text)
-            if entry and isinstance(prompt, str) and f"def {entry}" not in program and f"def {entry}" in prompt:
-                program = prompt + text  # a base model continuing HumanEval's signature and docstring
+            program = self.program(i, prompt, completion, entry, kwargs)
             if not program.strip() or len(program) > MAX_PROGRAM_CHARS:
                 continue
             try:
-                spec.setup = program_imports(program) + spec.setup
+                spec.imports = program_imports(program)
             except (SyntaxError, ValueError, MemoryError, RecursionError):
                 continue  # it cannot run: 0.0 without starting a sandbox
+            spec.setup = self.dataset_setup(i, entry, kwargs) + spec.setup
             jobs[i] = (program, spec)
         if jobs:
             if self._executor is None:
@@ -180,12 +206,26 @@ class CodeReward(Reward):
                 program, spec = job
                 if time.monotonic() > batch_end:  # a batch of infinite loops must not stall the trainer
                     return SandboxResult(0, spec.total, "unjudged", isolation(), 0.0, {"skipped": True})
-                return run_tests(program, spec.steps, spec.setup, spec.bind, spec.io, limits)
+                return run_tests(program, spec.steps, spec.setup, spec.bind, spec.io, limits, imports=spec.imports)
 
             results = self._executor.map(run, jobs.values())
             for i, result in zip(jobs, results):
                 rewards[i] = self._score(result)
         return rewards
+
+    def program(self, index: int, prompt: Any, completion: Any, entry: str | None, columns: dict) -> str:
+        """The program to run for row `index` (`columns`: the call's keyword columns): the completion's code,
+        after the prompt when a base model continued a plain-string prompt's signature and docstring."""
+        text = completion_text(completion)
+        program = extract_program(text)
+        if entry and isinstance(prompt, str) and f"def {entry}" not in program and f"def {entry}" in prompt:
+            program = prompt + text  # a base model continuing HumanEval's signature and docstring
+        return program
+
+    def dataset_setup(self, index: int, entry: str | None, columns: dict) -> list[str]:
+        """Trusted code from the dataset (not the completion) to run where the tests run, before the test module's
+        own setup: what it defines is what the tests see, whatever the program defines under the same names."""
+        return []
 
     def _score(self, result: SandboxResult) -> float | None:
         self.count(f"sandbox/{result.isolation}", not result.detail.get("skipped"))

@@ -17,6 +17,7 @@ import functools
 import logging
 import marshal
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -25,6 +26,7 @@ import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass, field
+from io import BytesIO
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +74,9 @@ def bwrap_command() -> list[str] | None:
     exe = shutil.which("bwrap")
     if exe is None:
         return None
-    cmd = [exe, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+    # --as-pid-1: the harness itself is pid 1. Else bwrap's own init is, dumpable and holding the report pipe on
+    # its fd 1, and the program could write a verdict first through /proc/1/fd/1.
+    cmd = [exe, "--unshare-all", "--die-with-parent", "--new-session", "--as-pid-1", "--cap-drop", "ALL",
            "--uid", "65534", "--gid", "65534", "--hostname", "sandbox"]
     for path in _system_dirs() + _python_dirs():
         if os.path.islink(path):
@@ -125,12 +129,16 @@ def _harness() -> tuple[str, bytes]:
 
 def run_tests(program: str, steps: list[tuple[str, bool]], setup: list[str] = (), bind: dict | None = None,
               io: list[tuple[str, str]] | None = None, limits: Limits = Limits(),
-              mode: str | None = None) -> SandboxResult:
+              mode: str | None = None, imports: list[str] = ()) -> SandboxResult:
     """Run `program` in the sandbox against tests and count the passes.
 
-    Function tests: `setup` code runs first, then each (source, is_test) step; a step with is_test counts as
-    passed when it raises nothing. Names the program defines are callable from the tests; `bind` adds aliases
-    (HumanEval's {"candidate": entry_point}). IO tests: `io` is a list of (stdin, expected stdout).
+    Function tests: `imports` (the program's own, already limited to harmless modules: see
+    `code_tests.program_imports`) run first, then the names the program defines become callable from the tests,
+    except builtins' names (a program's `sum` must not change what the tests compute); then `setup` (trusted
+    dataset code, whose definitions win), `bind`'s aliases (HumanEval's {"candidate": entry_point}), and each
+    (source, is_test) step in order; a step with is_test counts as passed when it raises nothing. IO tests: `io`
+    is a list of (stdin, expected stdout). The report must carry this run's random token and be the only thing
+    on the checker's stdout: anything else (a verdict forged by the program) scores 0 ("killed").
 
     >>> run_tests("def add(a, b):\\n    return a + b", [("assert add(2, 3) == 5", True)]).passed
     1
@@ -138,7 +146,9 @@ def run_tests(program: str, steps: list[tuple[str, bool]], setup: list[str] = ()
     mode = mode or isolation()
     start = time.monotonic()
     total = len(io) if io is not None else sum(1 for _, is_test in steps if is_test)
-    req = {"program": program, "setup": list(setup), "steps": [tuple(s) for s in steps], "bind": dict(bind or {}),
+    token = secrets.token_hex(16)  # the checker echoes it; the program never sees the request
+    req = {"program": program, "imports": list(imports), "setup": list(setup), "steps": [tuple(s) for s in steps],
+           "bind": dict(bind or {}), "token": token,
            "io": [tuple(c) for c in io] if io is not None else None, "timeout_s": float(limits.timeout_s),
            "limits": {**asdict(limits), "cpu_s": int(limits.timeout_s) + 1}}
     del req["limits"]["timeout_s"]
@@ -170,16 +180,25 @@ def run_tests(program: str, steps: list[tuple[str, bool]], setup: list[str] = ()
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
     seconds = time.monotonic() - start
-    try:
-        report = marshal.loads(out)  # written by the checker, which never runs model code
-    except (EOFError, ValueError, TypeError):
-        report = None
-    if not isinstance(report, dict):
+    report = _report(out, token)
+    if report is None:
         return SandboxResult(0, total, "killed", mode, seconds, {"stderr": err.decode(errors="replace")[-500:]})
     if "error" in report:
         return SandboxResult(0, total, "error", mode, seconds, report)
     status = "timeout" if report.get("timed_out") else "exited" if report.get("exited") else "ok"
     return SandboxResult(int(report["passed"]), int(report["total"]), status, mode, seconds, report)
+
+
+def _report(out: bytes, token: str) -> dict | None:
+    """The checker's report: exactly one marshal dict carrying this run's token, else None (none, or forged)."""
+    stream = BytesIO(out)
+    try:
+        report = marshal.load(stream)
+    except (EOFError, ValueError, TypeError):
+        return None
+    if stream.tell() != len(out) or not isinstance(report, dict) or report.pop("token", None) != token:
+        return None
+    return report
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -7,6 +7,7 @@ Every row keeps an `id` so per-problem results line up across evaluations, and t
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import random
@@ -65,21 +66,58 @@ def _weights(template: PromptTemplate) -> list[float]:
     return [1.0, FORMAT_WEIGHT] if template.style == "r1" else [1.0]
 
 
+def code_preamble(code_prompt: str, entry_point: str) -> str:
+    """What a HumanEval-style prompt defines before the function asked for (imports, helpers such as
+    HumanEval/32's `poly`): the text up to the last top-level `def <entry_point>(`; "" when there is none.
+
+    >>> code_preamble("import math\\ndef poly(x):\\n    return x\\ndef find_zero(xs):\\n", "find_zero")
+    'import math\\ndef poly(x):\\n    return x\\n'
+    """
+    stubs = list(re.finditer(rf"^(?:async[ \t]+)?def[ \t]+{re.escape(entry_point)}[ \t]*\(", code_prompt, re.M))
+    return code_prompt[:stubs[-1].start()] if stubs else ""
+
+
+def _is_stub(node: ast.stmt) -> bool:
+    """A function left for the model to write: its body is only a docstring, `pass`, `...` or a raise."""
+    return isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and all(
+        isinstance(b, (ast.Pass, ast.Raise)) or isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant)
+        for b in node.body)
+
+
+def code_helpers(code_prompt: str, entry_point: str) -> str:
+    """The prompt's preamble (`code_preamble`) without stubs, as code the tests may trust: HumanEval/32's tests
+    call `poly` and /38's `encode_cyclic`, which must be the prompt's, not a program's own (one that returns 0
+    would pass them). "" when there is none, or it does not parse."""
+    try:
+        tree = ast.parse(code_preamble(code_prompt, entry_point))
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return ""
+    return "\n\n".join(ast.unparse(n) for n in tree.body if not _is_stub(n))
+
+
 def _code_reward(mode: str = "all"):
-    """CodeReward that first completes a body-only program with the row's `code_prompt` (signature and
-    docstring), as HumanEval's own harness does: CodeReward does this only for plain-string prompts."""
+    """CodeReward that runs each program as HumanEval's own harness does, prompt and completion together: a
+    body-only program is completed with the row's `code_prompt` (imports, helpers, signature and docstring); a
+    program that defines the entry point itself gets the prompt's imports and helpers in front (its own
+    definitions come later and win). The tests themselves see the prompt's helpers, not the program's.
+    CodeReward alone does this only for plain-string prompts."""
     from ..rewards import CodeReward, completion_text, extract_program
 
     class CodePromptReward(CodeReward):
-        def __call__(self, prompts, completions, **kwargs):
-            heads = kwargs.get("code_prompt") or [None] * len(completions)
-            entries = kwargs.get(self.entry_point_column) or [None] * len(completions)
-            full = []
-            for completion, head, entry in zip(completions, heads, entries):
-                program = extract_program(completion_text(completion))
-                body_only = head and entry and program.strip() and f"def {entry}" not in program
-                full.append(head + program if body_only else completion)
-            return super().__call__(prompts, full, **kwargs)
+        def program(self, index, prompt, completion, entry, columns):
+            head = (columns.get("code_prompt") or [None] * (index + 1))[index]
+            program = extract_program(completion_text(completion))
+            if not (head and entry and program.strip()):
+                return super().program(index, prompt, completion, entry, columns)
+            if f"def {entry}" not in program:
+                return head + program  # the body of the function the prompt ends with
+            preamble = code_preamble(head, entry)
+            return f"{preamble.rstrip()}\n\n\n{program}" if preamble.strip() else program
+
+        def dataset_setup(self, index, entry, columns):
+            head = (columns.get("code_prompt") or [None] * (index + 1))[index]
+            helpers = code_helpers(head, entry) if isinstance(head, str) and entry else ""
+            return [helpers] if helpers else []
 
     return CodePromptReward(mode=mode)
 
@@ -154,10 +192,13 @@ def math500_rows(split: str = "test", n: int | None = None, seed: int = 0, templ
 
 
 def math500_task(template="r1", name: str = "math500") -> Task:
+    """Answers are read strictly (`<answer>`, `\\boxed{}`, `#### n`) when the template asks for a format; the
+    plain templates ask for none, so there the final number counts, as in jsonl_task (see JSONL_REWARDS)."""
     tpl = get_template(template)
+    strict = tpl.style != "plain"
     return Task(
         name=name, load=lambda split, n=None, seed=0: math500_rows(split, n, seed, tpl),
-        rewards=lambda: _math_rewards(tpl, strict=True), correct=lambda: _math_correct(True),
+        rewards=lambda: _math_rewards(tpl, strict=strict), correct=lambda: _math_correct(strict),
         extract=extract_math_answer, reward_weights=_weights(tpl), max_completion_length=1024, splits=("test",),
         asks_format=tpl.style == "r1",
         description="MATH-500 competition problems; LaTeX gold compared symbolically")
@@ -232,7 +273,8 @@ def jsonl_task(path: str | Path, prompt_column: str = "prompt", answer_column: s
     """A task from one JSONL file, so a new benchmark needs no code. A `{split}` in the path picks
     a file per split (data/{split}.jsonl); without one, every split reads the same file.
     reward "math": the gold is in answer_column; "code": rows carry `tests` (and `entry_point` for
-    HumanEval-style tests, `code_prompt` when completions may be bodies only); answer_column is unused."""
+    HumanEval-style tests, and `code_prompt` when the prompt shows code: a body-only completion is completed with
+    it, a whole function gets its imports and helpers, and the tests call its helpers); answer_column is unused."""
     if reward not in JSONL_REWARDS:
         raise ValueError(f"unknown reward '{reward}'; valid: {sorted(JSONL_REWARDS)}")
     tpl = get_template(template)

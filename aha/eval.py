@@ -2,15 +2,22 @@
 
 `pass_at_k` is the unbiased estimator of Chen et al. (2021): with n samples of which c are right,
 pass@k = 1 - C(n-c, k) / C(n, k), the chance that k of the n samples include a right one.
+
+A comparison the verifier did not decide (its None or NaN: a time or memory limit, an answer too large to
+evaluate, a call budget run out, a gold that does not parse, a verifier call that failed) counts as not correct
+in accuracy, pass@k and maj@k. The summary says how many there were (`undecided`, `samples/undecided`,
+`maj@k/undecided`) and why (the verifier's counters: `reward/timeouts`, `reward/too_large`, `reward/unjudged`,
+`reward/data_errors`, `reward/errors`, ...), so a score lowered by them is visible.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
-from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -20,6 +27,9 @@ from .tasks import Task
 
 CORRECT_AT = 1.0 - 1e-6
 """A verifier value at or above this counts as right (code rewards may return a pass fraction)."""
+UNDECIDED_NOTE = ("undecided comparisons (the verifier's None or NaN: time-outs, too_large, unjudged, data errors, "
+                  "failed calls) count as not correct in accuracy, pass@k and maj@k")
+"""The summary's `note`: how `undecided` entered the scores."""
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -34,20 +44,78 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - prod
 
 
-def majority_correct(answers: list[str | None], correct: list[bool]) -> bool:
-    """maj@k: is the most frequent extracted answer (ties: first seen) a right one?"""
-    votes = Counter(a for a in answers if a is not None)
-    if not votes:
-        return False
-    top = max(votes, key=lambda a: (votes[a], -answers.index(a)))
-    return correct[answers.index(top)]
+def same_answer(a: str, b: str) -> bool:
+    """Are two extracted answers the same answer, by the math verifier's own fast comparison (`fast_verdict`:
+    cosmetic LaTeX, thousands commas, currency, units, percent, fractions vs decimals)? What it cannot decide
+    without sympy counts as different. Example: same_answer("$18", "18.00") -> True."""
+    from .rewards.maths import fast_verdict
+    return fast_verdict(a, b) is True
 
 
-def _score(task: Task, verifier, rows: list[dict], texts: list[str], n: int) -> list[bool]:
-    """Is each of the n completions per row right? Rows are repeated n times, prompt-major."""
+def majority_vote(answers: list[str | None], same: Callable[[str, str], bool] = same_answer) -> list[int]:
+    """maj@k's winners: the indices of the answers in the largest class of equal answers (`same`; ties: the class
+    whose first member came first). Each answer joins the first class whose first member it equals; None (no
+    answer) does not vote. [] when no answer voted. Example: ["3", "7", "7.0"] -> [1, 2]."""
+    classes: list[list[int]] = []
+    for i, a in enumerate(answers):
+        if a is None:
+            continue
+        home = next((c for c in classes if same(a, answers[c[0]])), None)
+        if home is None:
+            classes.append([i])
+        else:
+            home.append(i)
+    return max(classes, key=len) if classes else []  # max keeps the first of equal lengths: the earliest class
+
+
+def majority_correct(answers: list[str | None], correct: list[bool | None],
+                     same: Callable[[str, str], bool] = same_answer) -> bool | None:
+    """maj@k: is the answer most samples agree on right? The winning class (`majority_vote`) is right when more
+    of its members were scored right than wrong (they are equal answers, so their verdicts agree but for
+    verifier limits); None (undecided) when none of them was decided, False when no sample gave an answer.
+
+    Example: answers ["3", "7", "7.0"] scored [True, False, False] -> False: 7 has two votes.
+    """
+    winners = majority_vote(answers, same)
+    verdicts = [correct[i] for i in winners if correct[i] is not None]
+    if winners and not verdicts:
+        return None
+    return sum(verdicts) * 2 > len(verdicts)
+
+
+UNDECIDED_REASONS = ("reward/timeouts", "reward/too_large", "reward/unjudged", "reward/data_errors")
+"""Verifier counters of undecided comparisons that the summary always shows (0 when a verifier reports none)."""
+
+
+def _counters(metrics: dict[str, float]) -> dict[str, int]:
+    """score_groups' counts (`reward/errors`, `reward/call_timeouts`, `reward/nan`, the verifier's own such as
+    `reward/timeouts`, `reward/too_large`, `reward/unjudged`, `reward/data_errors`), without per-function statistics."""
+    counts = {k: int(v) for k, v in metrics.items() if k.startswith("reward/") and k.count("/") == 1}
+    return {**counts, **{k: counts.get(k, 0) for k in UNDECIDED_REASONS}}
+
+
+def _score(task: Task, verifier, rows: list[dict], texts: list[str], n: int) -> tuple[list[bool | None], dict]:
+    """The verdict on each of the n completions per row (rows repeated n times, prompt-major): True (right),
+    False, or None (undecided: the verifier gave None or NaN, or its call failed); and the verifier's counters.
+    Completions are read as the task scores them (cut at its `stop`)."""
     from .rewards import score_groups
-    values, _ = score_groups([verifier], rows, texts, n)                          # [N,1]
-    return [bool(v >= CORRECT_AT) for v in values[:, 0].tolist()]  # NaN compares False
+    values, metrics = score_groups([task.scorer(verifier)], rows, texts, n)          # [N,1]
+    return [None if math.isnan(v) else v >= CORRECT_AT for v in values[:, 0].tolist()], _counters(metrics)
+
+
+def _answer_reader(task: Task, verifier) -> Callable[[str], str | None] | None:
+    """How maj@k reads a completion's answer (None: the task has no `extract`, so no maj@k): as the verifier reads
+    it when that is the math verifier (its own last-number fallback or strictness, on the completion cut at the
+    task's `stop`), else with `task.extract`."""
+    from .rewards import MathReward, extract_answer
+    if task.extract is None:
+        return None
+    inner = verifier
+    while not isinstance(inner, MathReward) and getattr(inner, "inner", None) is not None:
+        inner = inner.inner  # FormatGated, CutBeforeScoring
+    if isinstance(inner, MathReward):
+        return lambda text: extract_answer(task.cut(text), inner.last_number_fallback)
+    return task.extract
 
 
 def _generate(model, tokenizer, rows, n, params, batch_size, seed, desc, progress):
@@ -63,13 +131,41 @@ def _generate(model, tokenizer, rows, n, params, batch_size, seed, desc, progres
             [len(c) for c in out.completion_ids])
 
 
+def _sampled_metrics(task: Task, verifier, rows: list[dict], texts: list[str], records: list[dict], k: list[int],
+                     n_samples: int, seed: int) -> dict:
+    """pass@k and maj@k of n_samples completions per row (prompt-major), with their undecided counts; each
+    problem's record gets `samples_correct`, `samples_undecided` and `maj` ({k: True, False or None})."""
+    from .stats import bootstrap, wilson
+    sampled, counters = _score(task, verifier, rows, texts, n_samples)
+    read = _answer_reader(task, verifier)
+    for i, rec in enumerate(records):
+        mine = sampled[i * n_samples:(i + 1) * n_samples]
+        rec["samples_correct"] = sum(v is True for v in mine)
+        rec["samples_undecided"] = sum(v is None for v in mine)
+        if read:
+            answers = [read(t) for t in texts[i * n_samples:(i + 1) * n_samples]]
+            rec["maj"] = {kk: majority_correct(answers[:kk], mine[:kk]) for kk in k}
+    out = {}
+    for kk in k:
+        per_problem = [pass_at_k(n_samples, r["samples_correct"], kk) for r in records]
+        out[f"pass@{kk}"] = sum(per_problem) / len(rows)
+        out[f"pass@{kk}_ci95"] = list(bootstrap(per_problem, seed=seed))
+        if read:
+            wins = sum(r["maj"][kk] is True for r in records)
+            out[f"maj@{kk}"], out[f"maj@{kk}_ci95"] = wins / len(rows), list(wilson(wins, len(rows)))
+            out[f"maj@{kk}/undecided"] = sum(r["maj"][kk] is None for r in records)
+    out.update({"n_samples": n_samples, "samples/undecided": sum(r["samples_undecided"] for r in records)})
+    return {**out, **{f"samples/{key}": value for key, value in counters.items()}}
+
+
 def evaluate(model, tokenizer, task: Task, rows: list[dict], k: list[int] = (1,), n_samples: int = 0,
              temperature: float = 0.7, top_p: float = 1.0, max_new_tokens: int | None = None,
              batch_size: int = 256, seed: int = 0, progress: bool = False) -> tuple[dict, list[dict]]:
-    """(summary metrics, per-problem records) for `rows` of `task`."""
+    """(summary metrics, per-problem records) for `rows` of `task`. An undecided verdict counts as not correct;
+    the summary counts them (`undecided`, `samples/undecided`, `maj@k/undecided`, the verifier's `reward/*`)."""
     from .rewards import format_reward
     from .rollout import SamplingParams
-    from .stats import bootstrap, wilson
+    from .stats import wilson
     if n_samples and max(k) > n_samples:
         raise ValueError(f"k={max(k)} is larger than n_samples={n_samples}")
     t0 = time.perf_counter()
@@ -77,36 +173,27 @@ def evaluate(model, tokenizer, task: Task, rows: list[dict], k: list[int] = (1,)
     verifier = task.correct()
     greedy, glen = _generate(model, tokenizer, rows, 1, SamplingParams(0.0, 1.0, 0, budget),
                              batch_size, seed, "greedy", progress)
-    ok = _score(task, verifier, rows, greedy, 1)
-    summary = {"accuracy": sum(ok) / len(rows), "accuracy_ci95": list(wilson(sum(ok), len(rows)))}
+    verdicts, counters = _score(task, verifier, rows, greedy, 1)
+    ok = [v is True for v in verdicts]
+    summary = {"accuracy": sum(ok) / len(rows), "accuracy_ci95": list(wilson(sum(ok), len(rows))),
+               "undecided": sum(v is None for v in verdicts)}
     for part in task.parts:  # a mixture: each task's own accuracy (`accuracy/chat_add`)
         mine = [c for r, c in zip(rows, ok) if str(r.get("id", "")).startswith(f"{part}:")]
         if mine:
             summary[f"accuracy/{part}"] = sum(mine) / len(mine)
     if task.asks_format:  # the share of answers in the format the prompt asked for
-        summary["format_frac"] = sum(_score(task, format_reward, rows, greedy, 1)) / len(rows)
+        summary["format_frac"] = sum(v is True for v in _score(task, format_reward, rows, greedy, 1)[0]) / len(rows)
     summary.update({"len_mean": sum(glen) / len(glen), "num_problems": len(rows)})
     sent = [tokenizer.decode(encode_prompt(tokenizer, r["prompt"])) for r in rows]
-    records = [{"id": r.get("id", i), "prompt": p, "answer": r.get("answer"), "greedy": g, "greedy_correct": c}
-               for i, (r, p, g, c) in enumerate(zip(rows, sent, greedy, ok))]
+    records = [{"id": r.get("id", i), "prompt": p, "answer": r.get("answer"), "greedy": g, "greedy_correct": c,
+                "greedy_undecided": v is None}
+               for i, (r, p, g, c, v) in enumerate(zip(rows, sent, greedy, ok, verdicts))]
+    summary.update(counters)
     if n_samples:
         texts, _ = _generate(model, tokenizer, rows, n_samples, SamplingParams(temperature, top_p, 0, budget),
                              batch_size, seed, f"samples x{n_samples}", progress)
-        right = _score(task, verifier, rows, texts, n_samples)
-        for i, rec in enumerate(records):
-            mine = right[i * n_samples:(i + 1) * n_samples]
-            rec["samples_correct"] = sum(mine)
-            if task.extract:
-                answers = [task.extract(t) for t in texts[i * n_samples:(i + 1) * n_samples]]
-                rec["maj"] = {kk: majority_correct(answers[:kk], mine[:kk]) for kk in k}
-        for kk in k:
-            per_problem = [pass_at_k(n_samples, r["samples_correct"], kk) for r in records]
-            summary[f"pass@{kk}"] = sum(per_problem) / len(rows)
-            summary[f"pass@{kk}_ci95"] = list(bootstrap(per_problem, seed=seed))
-            if task.extract:
-                wins = sum(r["maj"][kk] for r in records)
-                summary[f"maj@{kk}"], summary[f"maj@{kk}_ci95"] = wins / len(rows), list(wilson(wins, len(rows)))
-        summary["n_samples"] = n_samples
+        summary.update(_sampled_metrics(task, verifier, rows, texts, records, k, n_samples, seed))
+    summary["note"] = UNDECIDED_NOTE
     summary["seconds"] = time.perf_counter() - t0
     return summary, records
 
@@ -127,14 +214,15 @@ def make_eval_fn(task: Task, rows: list[dict], max_new_tokens: int | None = None
                             "greedy": r["greedy"][:ANSWER_CHARS], "correct": bool(r["greedy_correct"])}
                            for r in records[:HELD_OUT_SHOWN]]
         return {k: v for k, v in summary.items()
-                if k in ("accuracy", "format_frac", "len_mean") or k.startswith("accuracy/")}
+                if k in ("accuracy", "undecided", "format_frac", "len_mean") or k.startswith("accuracy/")}
     eval_fn.answers = []
     return eval_fn
 
 
 def to_markdown(summary: dict, title: str) -> str:
-    """One table row; a value with an interval (`X` and `X_ci95`) is shown as `0.420 [0.328, 0.518]`."""
-    keys = [k for k in summary if k != "seconds" and not k.endswith("_ci95")]
+    """One table row; a value with an interval (`X` and `X_ci95`) is shown as `0.420 [0.328, 0.518]`; the
+    summary's `note` follows the table."""
+    keys = [k for k in summary if k not in ("seconds", "note") and not k.endswith("_ci95")]
 
     def cell(k):
         v, ci = summary[k], summary.get(f"{k}_ci95")
@@ -143,7 +231,8 @@ def to_markdown(summary: dict, title: str) -> str:
 
     head = "| " + " | ".join(keys) + " |\n|" + "---|" * len(keys) + "\n"
     cells = [cell(k) for k in keys]
-    return f"### {title}\n\n{head}| " + " | ".join(cells) + " |\n"
+    note = f"\n{summary['note']}.\n" if summary.get("note") else ""
+    return f"### {title}\n\n{head}| " + " | ".join(cells) + " |\n" + note
 
 
 def run_eval(cfg: EvalConfig) -> dict:

@@ -1,7 +1,8 @@
 """Rejection sampling: n completions per prompt, keep the verified ones, write an SFT-ready JSONL.
 
 A completion is verified when the task's correctness verifier gives it 1.0; its rank among the
-verified ones uses the task's weighted rewards (then length for `shortest_correct`).
+verified ones uses the task's weighted rewards (then length for `shortest_correct`). A task with a base-model
+template cuts each completion at the next turn label (`Task.stop`): that cut text is what is scored and written.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def run_sample(cfg: SampleConfig) -> dict:
     prompts = [encode_prompt(tok, r["prompt"]) for r in rows]
     with tqdm(total=len(rows), desc="sample", disable=not cfg.progress_bar) as bar:  # one call: batch_size rows
         out = engine.generate(prompts, cfg.n, params, gen, on_group=lambda i, r: bar.update())  # at once, kept full
-    texts = tok.batch_decode(out.completion_ids, skip_special_tokens=True)
+    texts = [task.cut(t) for t in tok.batch_decode(out.completion_ids, skip_special_tokens=True)]  # as scored
     right, _ = score_groups([verifier], rows, texts, cfg.n)                       # [n*len(rows),1]
     values, _ = score_groups(rewards, rows, texts, cfg.n)                         # [n*len(rows),F]
     score = torch.nan_to_num(values, nan=0.0) @ weights                             # [n*len(rows)]

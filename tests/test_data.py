@@ -83,3 +83,53 @@ def test_a_generator_as_train_dataset_is_refused_with_what_to_pass(tiny_dir, tmp
         GRPOTrainer(model=tiny_dir, reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
                     args=GRPOConfig(output_dir=str(tmp_path), report_to=["none"]), train_dataset=rows)
     assert next(rows)["prompt"] == "0+1="  # nothing was read from it
+
+
+# ---- base-model templates: a completion ends at the next turn label ----
+
+BASE_TURNS = {  # a base model's answer, then a turn of its own with a second answer (review B3)
+    "r1_base": "<think>16-3-4=9, 9*2=18</think> <answer>18</answer>\n\nUser: A robe takes 2 bolts of blue fiber and "
+               "half that much white fiber. How many bolts?\nAssistant: <think>2+1=3</think> <answer>3</answer>",
+    "plain_base": " 16-3-4=9 eggs, 9*2=18 dollars.\n#### 18\n\nUser: A robe takes 2 bolts ...\nAssistant: 2+1=3\n"
+                  "#### 3",
+    "boxed_base": " ... The final answer is $\\boxed{18}$.\n\nUser: Another question\nAssistant: ... The final answer "
+                  "is $\\boxed{3}$.",
+}
+
+
+def test_base_templates_cut_a_completion_at_the_next_turn_label():
+    from aha.data.prompts import TEMPLATES, get_template
+    for name, text in BASE_TURNS.items():
+        tpl = get_template(name)
+        assert "User:" not in tpl.cut(text) and "18" in tpl.cut(text) and tpl.stop == ("\nUser:",), name
+    assert get_template("plain_base").cut("#### 18\nUser: next\nAssistant: #### 3") == "#### 18"  # one newline too
+    assert get_template("plain_base").cut("#### 18") == "#### 18"
+    assert get_template("plain_base", user_prefix="Q: ").cut("#### 18\n\nQ: next\n#### 3") == "#### 18"
+    assert all(TEMPLATES[name].stop == () for name in ("r1", "boxed", "plain"))  # chat turns end with EOS
+    assert get_template("r1").cut(BASE_TURNS["r1_base"]) == BASE_TURNS["r1_base"]
+
+
+def test_base_template_tasks_score_the_answer_before_the_next_turn():
+    """Training rewards, the correctness verifier and maj@k's extract all read the completion up to the next turn,
+    and keep their names, columns and counters; chat templates are left as they were."""
+    from aha.rewards import math_reward, score_groups
+    from aha.rewards.scoring import needed_columns, reward_name
+    from aha.tasks import get_task
+    from aha.tasks.base import Task, mixture
+    for name, text in BASE_TURNS.items():
+        task = get_task(f"gsm8k@{name}")
+        assert task.correct()(None, [text], answer=["18"]) == [1.0], name  # 0.0 before: two different answers
+        assert [fn(None, [text], answer=["18"]) for fn in task.rewards()] == [[1.0]] * len(task.rewards()), name
+        assert task.stop == ("\nUser:",) and task.extract(text) == "18", name
+    fns = get_task("gsm8k@r1_base").rewards()
+    assert [reward_name(f) for f in fns] == ["math", "format"] and needed_columns(fns[0]) == ["answer"]
+    rows = [{"prompt": "User: Q?\nAssistant:", "answer": "256"}]
+    _, metrics = score_groups(fns, rows, ["<answer>2^{10^{10}}</answer>\nUser: hi"], 1)
+    assert metrics["reward/too_large"] == 1 and "reward/math/mean" in metrics
+    assert get_task("jsonl:qa.jsonl@plain_base?prompt=q").stop == ("\nUser:",)  # the file is read at load
+    assert get_task("gsm8k").stop == () and get_task("gsm8k").correct() is math_reward
+    assert get_task("gsm8k@boxed").stop == ()
+    own = Task(name="mine", load=None, rewards=lambda: [math_reward], correct=lambda: math_reward, stop=("\nQ:",))
+    assert own.correct()(None, ["#### 18\nQ: next\n#### 3"], answer=["18"]) == [1.0]
+    both = mixture([get_task("gsm8k@plain_base"), get_task("gsm8k@plain_base")])
+    assert both.stop == ("\nUser:",) and both.correct()(None, [BASE_TURNS["plain_base"]], answer=["18"]) == [1.0]

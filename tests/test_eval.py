@@ -147,3 +147,111 @@ def test_evaluation_decodes_all_prompts_in_one_call_through_a_small_batch(tiny_d
     assert calls == [(6, 1, 4), (6, 3, 4)]  # the greedy pass, then the sampled one
     assert [r["id"] for r in records] == [str(i) for i in range(6)]
     assert summary["accuracy"] == 1.0 and summary["pass@3"] == 1.0  # the empty answer accepts every completion
+
+
+# ---- maj@k votes on equal answers; undecided verdicts are counted; base-model turns are cut ----
+
+class _Chars:
+    """A tokenizer stand-in for plain-string prompts: one id per character."""
+
+    def __call__(self, text):
+        return {"input_ids": [ord(c) for c in text]}
+
+    def decode(self, ids):
+        return "".join(map(chr, ids))
+
+
+def _canned(monkeypatch, greedy: list[str], samples: list[list[str]] = ()):
+    """evaluate() reads these completions instead of a model's: greedy[i] for row i, samples[i] its n (>= 2)."""
+    import aha.eval
+
+    def generate(model, tokenizer, rows, n, params, batch_size, seed, desc, progress):
+        texts = list(greedy) if n == 1 else [t for row in samples for t in row]
+        assert len(texts) == len(rows) * n
+        return texts, [len(t) for t in texts]
+    monkeypatch.setattr(aha.eval, "_generate", generate)
+
+
+def test_majority_vote_groups_equal_answers_and_takes_the_winners_verdict():
+    """The review's cases, checked by hand: votes go to classes of equal answers (the verifier's fast comparison),
+    and the verdict is the winning class's, whatever order the samples came in."""
+    assert majority_correct(["\\frac{1}{2}", "0.5", "1/2", "3", "3"], [True, True, True, False, False]) is True
+    assert majority_correct(["$18", "18.00", "18 dollars", "20", "20"], [True, True, True, False, False]) is True
+    assert majority_correct(["3", "7", "7.0"], [True, False, False]) is False  # 7 has two votes (aha said True)
+    assert majority_correct(["3", "3", "$7", "7", "7.0"], [True, True, False, False, False]) is False  # 7: three
+    assert majority_correct(["3", "7", "7.0"], [False, True, True]) is True
+    assert majority_correct(["4", "4.0", "3", "3"], [False, False, True, True]) is False  # tie: the first class
+    assert majority_correct([None, "5", "5.0", "2"], [False, True, True, False]) is True  # no answer: no vote
+    assert majority_correct(["5", "5", "2"], [True, None, False]) is True  # undecided members do not vote on it
+    assert majority_correct(["5", "5", "2"], [None, None, False]) is None  # the winner's verdict is undecided
+    from aha.eval import majority_vote
+    assert majority_vote(["3", "7", "7.0", None, "\\boxed{x}"]) == [1, 2]
+
+
+def test_maj_at_k_reads_answers_as_the_verifier_does_whatever_the_sample_order(monkeypatch):
+    """math500 scores strictly: an unboxed "3" is no answer to its verifier, so it casts no vote either, and swapping
+    two samples does not change maj@4; gsm8k: "7" and "7.0" are one answer with two votes against one "3"."""
+    from aha.eval import evaluate
+    from aha.tasks import get_task
+    rows = [{"prompt": "Q?", "answer": "3", "id": i} for i in range(2)]
+    _canned(monkeypatch, ["\\boxed{3}"] * 2, [["so the answer is 3.", "\\boxed{3}", "\\boxed{3}", "\\boxed{5}"],
+                                            ["\\boxed{3}", "so the answer is 3.", "\\boxed{3}", "\\boxed{5}"]])
+    summary, records = evaluate(None, _Chars(), get_task("math500"), rows, k=[4], n_samples=4)
+    assert [r["maj"][4] for r in records] == [True, True] and summary["maj@4"] == 1.0
+    assert [r["samples_correct"] for r in records] == [2, 2]
+    rows = [{"prompt": "Q?", "answer": gold, "id": i} for i, gold in enumerate(["3", "3", "18"])]
+    _canned(monkeypatch, ["#### 3", "#### 3", "#### 18"], [["#### 3", "#### 7", "#### 7.0", "#### 3", "#### 1"],
+                                                           ["#### 3", "#### 3", "#### $7", "#### 7", "#### 7.0"],
+                                                           ["#### $18", "#### 18.00", "#### 18 dollars", "#### 20",
+                                                            "#### 20"]])
+    summary, records = evaluate(None, _Chars(), get_task("gsm8k"), rows, k=[3, 5], n_samples=5)
+    assert records[0]["maj"][3] is False  # the first 3 samples: 3, 7, 7.0 (aha said True)
+    assert [r["maj"][5] for r in records[1:]] == [False, True]  # (aha said True, False)
+
+
+def test_eval_summary_counts_undecided_verdicts_and_says_they_count_as_not_correct(monkeypatch):
+    """2^{10^{10}} is set aside as too large (undecided), a missing gold is a data error: both count as not
+    correct, and the summary says how many and why, for the greedy and the sampled pass and for maj@k."""
+    from aha.eval import evaluate, to_markdown
+    from aha.tasks import get_task
+    rows = [{"prompt": "Q?", "answer": gold, "id": i} for i, gold in enumerate(["256", "7", None])]
+    huge = "\\boxed{2^{10^{10}}}"
+    _canned(monkeypatch, [huge, "\\boxed{7}", "\\boxed{1}"],
+            [[huge, huge], ["\\boxed{7}", "\\boxed{8}"], ["\\boxed{1}", "\\boxed{1}"]])
+    summary, records = evaluate(None, _Chars(), get_task("math500"), rows, k=[1, 2], n_samples=2)
+    assert summary["accuracy"] == 1 / 3 and summary["undecided"] == 2
+    assert summary["reward/too_large"] == 1 and summary["reward/data_errors"] == 1 and summary["reward/timeouts"] == 0
+    assert [r["greedy_undecided"] for r in records] == [True, False, True]
+    assert summary["samples/undecided"] == 4 and [r["samples_undecided"] for r in records] == [2, 0, 2]
+    assert summary["samples/reward/too_large"] == 2 and summary["samples/reward/data_errors"] == 2
+    assert summary["pass@2"] == 1 / 3 and summary["maj@2"] == 1 / 3 and summary["maj@2/undecided"] == 2
+    assert "undecided" in summary["note"] and "count as not correct in accuracy, pass@k and maj@k" in summary["note"]
+    table = to_markdown(summary, "t")
+    assert table.endswith(f"\n\n{summary['note']}.\n") and "| note |" not in table and "| undecided |" in table
+
+
+def test_eval_counts_a_failing_verifier_as_undecided(monkeypatch):
+    from aha.eval import evaluate
+    from aha.tasks.base import Task
+
+    def broken(prompts, completions, **kw):
+        raise RuntimeError("verifier bug")
+    task = Task(name="t", load=None, rewards=lambda: [broken], correct=lambda: broken)
+    _canned(monkeypatch, ["a", "b"])
+    summary, _ = evaluate(None, _Chars(), task, [{"prompt": "Q", "answer": "a", "id": i} for i in range(2)])
+    assert summary["accuracy"] == 0.0 and summary["undecided"] == 2 and summary["reward/errors"] == 1
+
+
+def test_eval_scores_a_base_model_completion_up_to_its_next_turn(monkeypatch):
+    """A base model that goes on with "\\n\\nUser: ... Assistant: ..." and a second answer is scored on its first
+    answer (the cut at the template's next-turn label), for accuracy, format and maj@k alike."""
+    from aha.eval import evaluate
+    from aha.tasks import get_task
+    task = get_task("gsm8k@r1_base")
+    rows = [{"prompt": "User: Q?\nAssistant:", "answer": "18", "id": 0}]
+    text = ("<think>16-3-4=9, 9*2=18</think> <answer>18</answer>\n\nUser: A robe takes 2 bolts of blue fiber and "
+            "half that much white fiber. How many bolts?\nAssistant: <think>2+1=3</think> <answer>3</answer>")
+    _canned(monkeypatch, [text], [[text, text.replace("18", "20", 2)]])
+    summary, records = evaluate(None, _Chars(), task, rows, k=[2], n_samples=2)
+    assert summary["accuracy"] == 1.0 and summary["format_frac"] == 1.0 and summary["undecided"] == 0
+    assert records[0]["samples_correct"] == 1 and records[0]["maj"][2] is True  # tie: the first answer, 18

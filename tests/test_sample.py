@@ -40,3 +40,32 @@ def test_rejection_sampling_writes_verified_rows_and_mixes(tiny_dir, tmp_path):
     per_prompt = (tmp_path / "s" / "per_prompt.jsonl").read_text().splitlines()
     assert len(per_prompt) == 6 and 0 < stats["acceptance_rate"] <= 1
 
+
+
+def test_rejection_sampling_scores_and_writes_completions_cut_at_the_next_turn(tiny_dir, tmp_path, monkeypatch):
+    """Every decoded completion goes on with a turn of its own ("\\nUser: ..."): the verifier sees it cut at the
+    task's stop, and the SFT rows hold the cut text, not the invented turn."""
+    import aha.models
+    seen, decoded = [], []
+
+    def no_turn(prompts, completions, **kw):
+        seen.extend(completions)
+        return [0.0 if "User:" in c else 1.0 for c in completions]
+    register_task(Task(name="test-turns@plain_base", load=lambda split, n=None, seed=0: [
+        {"prompt": f"User: {i}+{i}=\nAssistant:", "answer": str(2 * i), "id": i} for i in range(3)],
+        rewards=lambda: [no_turn], correct=lambda: no_turn, max_completion_length=4))  # @plain_base: stop "\nUser:"
+    load_tokenizer = aha.models.load_tokenizer
+
+    def with_a_turn(model):
+        tok = load_tokenizer(model)
+        decode = tok.batch_decode
+        monkeypatch.setattr(tok, "batch_decode", lambda ids, **kw: decoded.extend(
+            f"{t}\n\nUser: 9+9=\nAssistant: 18" for t in decode(ids, **kw)) or decoded[-len(ids):], raising=False)
+        return tok
+    monkeypatch.setattr(aha.models, "load_tokenizer", with_a_turn)
+    stats = run_sample(SampleConfig(model=tiny_dir, task="test-turns@plain_base", n=2, keep="all_correct",
+                                    output_dir=str(tmp_path / "s"), progress_bar=False))
+    rows = [json.loads(line) for line in (tmp_path / "s" / "data.jsonl").read_text().splitlines()]
+    assert stats["acceptance_rate"] == 1.0 and rows and all("User:" not in r["completion"] for r in rows)
+    assert len(decoded) == 6 and all("\nUser: 9+9=" in t for t in decoded)  # what the model "wrote"
+    assert len(seen) == 12 and all("User:" not in c for c in seen)  # verifier and training rewards: one call each

@@ -4,6 +4,10 @@ R1-Zero trains a base model on a plain prompt that asks for `<think>` reasoning 
 `<answer>` final answer `</answer>`; an instruct model gets the same request as chat messages, which
 `encode_prompt` later renders through the model's own chat template. A template also writes worked
 solutions in its answer style, so few-shot turns and SFT targets match what the verifiers expect.
+
+A plain-string prompt has no end-of-turn token: a base model that has answered often goes on with the next
+turn ("\n\nUser: ... Assistant: ..." and a second answer). `PromptTemplate.stop` names that next-turn label, and
+a task with such a template cuts every completion there before any verifier reads it (`aha.tasks.base.Task`).
 """
 
 from __future__ import annotations
@@ -26,6 +30,12 @@ class PromptTemplate:
     """How a question becomes a prompt.
 
     Example: get_template("plain", chat=False)("1+1") -> 'User: 1+1\\nAssistant:'.
+
+    A plain-string template (chat=False) ends the prompt with `assistant_prefix` and has no end-of-turn token, so
+    a base model may go on past its answer into a new turn of its own ("\\n\\nUser: ...\\nAssistant: ...", with
+    a second answer). Its completions are therefore cut at the next turn label, `stop` ("\\nUser:"), before they
+    are scored, in training, evaluation and rejection sampling alike (`Task.stop`). Generation itself still runs
+    to EOS or the token budget: the cut is on the text only.
     """
 
     system: str | None = None
@@ -49,6 +59,21 @@ class PromptTemplate:
         if any(len(s) != 2 or not all(isinstance(x, str) for x in s) for s in shots):
             raise ValueError("shots must be (question, answer text) pairs of strings")
         object.__setattr__(self, "shots", shots)
+
+    @property
+    def stop(self) -> tuple[str, ...]:
+        """Where a completion of a plain-string prompt ends: the next user turn's label on a new line, which also
+        catches the blank line the template puts between turns. () for chat templates (the model's chat template
+        ends a turn with its own end-of-turn token) and for a template without a user label."""
+        label = self.user_prefix.strip()
+        return () if self.chat or not label else (f"\n{label}",)
+
+    def cut(self, text: str) -> str:
+        """`text` up to the first of `stop`: the completion a verifier reads.
+
+        Example: get_template("plain_base").cut("#### 18\\n\\nUser: next?\\nAssistant: #### 3") -> '#### 18'.
+        """
+        return cut_at(text, self.stop)
 
     def user_text(self, question: str) -> str:
         return f"{question}\n\n{self.instruction}" if self.instruction else question
@@ -83,13 +108,25 @@ class PromptTemplate:
         return f"{reasoning}\n#### {final}"
 
 
+def cut_at(text: str, stop: tuple[str, ...]) -> str:
+    """`text` up to the earliest of the `stop` strings (all of it when none occurs), trailing whitespace removed
+    when it was cut.
+
+    >>> cut_at("<answer>18</answer>\\n\\nUser: next\\nAssistant: <answer>3</answer>", ("\\nUser:",))
+    '<answer>18</answer>'
+    """
+    ends = [i for i in (text.find(s) for s in stop if s) if i >= 0]
+    return text[:min(ends)].rstrip() if ends else text
+
+
 TEMPLATES: dict[str, PromptTemplate] = {
     "r1": PromptTemplate(system=R1_SYSTEM, style="r1"),
     "boxed": PromptTemplate(instruction=BOXED_INSTRUCTION, style="boxed"),
     "plain": PromptTemplate(),
 }
 TEMPLATES.update({f"{name}_base": replace(t, chat=False) for name, t in list(TEMPLATES.items())})
-"""`*_base`: the same prompts as one plain string, for base models with no chat template (R1-Zero)."""
+"""`*_base`: the same prompts as one plain string, for base models with no chat template (R1-Zero); their
+completions are cut at the next turn label (`PromptTemplate.stop`) before they are scored."""
 
 
 def get_template(template: str | PromptTemplate = "r1", **overrides) -> PromptTemplate:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import inspect
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
+
+from ..data.prompts import TEMPLATES, cut_at
 
 
 @dataclass
@@ -29,6 +32,103 @@ class Task:
     """One line for `--help` and listings."""
     parts: tuple[str, ...] = ()
     """A mixture's tasks: row ids start with "PART:" and evaluation reports each part's accuracy too."""
+    stop: tuple[str, ...] | None = None
+    """Where a completion ends for scoring: it is cut at the first of these strings before `rewards()`,
+    `correct()` and `extract` read it (the next-turn label "\\nUser:" of a base-model template, whose model may
+    go on with a turn of its own and a second answer). None: the `stop` of the template named after the last "@"
+    of `name` (`gsm8k@r1_base`, `jsonl:PATH@plain_base?...`), else none. Generation is not stopped there: the
+    tokens after the cut are still generated (and, in training, still in completion_ids)."""
+
+    def __post_init__(self):
+        if self.stop is None:
+            self.stop = template_stop(self.name)
+        self.stop = tuple(self.stop)
+        if self.stop:
+            rewards, correct, stop = self.rewards, self.correct, self.stop
+            self.rewards = lambda: [cut_before_scoring(fn, stop) for fn in rewards()]
+            self.correct = lambda: cut_before_scoring(correct(), stop)
+            if self.extract is not None and not (isinstance(self.extract, CutExtract) and self.extract.stop == stop):
+                self.extract = CutExtract(self.extract, stop)
+
+    def cut(self, text: str) -> str:
+        """The part of a completion that is scored: `text` up to the first of `stop`."""
+        return cut_at(text, self.stop) if self.stop and isinstance(text, str) else text
+
+    def scorer(self, fn: Callable) -> Callable:
+        """A reward function that reads completions as this task scores them (cut at `stop`)."""
+        return cut_before_scoring(fn, self.stop) if self.stop else fn
+
+
+def template_stop(name: str) -> tuple[str, ...]:
+    """The `stop` of the prompt template that a task name picks with "@" (`gsm8k@plain_base` -> ("\\nUser:",));
+    () when it names none."""
+    _, at, template = name.partition("?")[0].rpartition("@")
+    return TEMPLATES[template].stop if at and template in TEMPLATES else ()
+
+
+def _cut_completion(completion: Any, stop: tuple[str, ...]) -> Any:
+    """A completion as TRL passes it (a string, or chat messages whose last one is the reply) cut at `stop`."""
+    if isinstance(completion, str):
+        return cut_at(completion, stop)
+    if isinstance(completion, list) and completion and isinstance(completion[-1], dict) \
+            and isinstance(completion[-1].get("content"), str):
+        return [*completion[:-1], {**completion[-1], "content": cut_at(completion[-1]["content"], stop)}]
+    return completion
+
+
+class CutBeforeScoring:
+    """A reward function that reads each completion only up to the first of `stop` strings. Keeps the inner
+    function's name, dataset columns and counters (`pop_metrics`), so metrics and checks see it unchanged."""
+
+    def __init__(self, inner: Callable, stop: tuple[str, ...]):
+        from ..rewards.scoring import needed_columns, reward_name
+        self.inner, self.stop = inner, tuple(stop)
+        self.__name__ = reward_name(inner)
+        self.required_columns = tuple(needed_columns(inner))
+
+    def _cut(self, completions: list) -> list:
+        return [_cut_completion(c, self.stop) for c in completions]
+
+    def __call__(self, prompts: list | None = None, completions: list | None = None, **kwargs: Any) -> list:
+        return self.inner(prompts=prompts, completions=self._cut(completions or []), **kwargs)
+
+    def pop_metrics(self) -> dict[str, float]:
+        pop = getattr(self.inner, "pop_metrics", None)
+        return pop() if callable(pop) else {}
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.inner == self.inner and other.stop == self.stop
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.inner, self.stop))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.inner!r}, stop={self.stop!r})"
+
+
+class AsyncCutBeforeScoring(CutBeforeScoring):
+    """CutBeforeScoring of an async reward function (awaited, as the scorer awaits the inner one)."""
+
+    async def __call__(self, prompts: list | None = None, completions: list | None = None, **kwargs: Any) -> list:
+        return await self.inner(prompts=prompts, completions=self._cut(completions or []), **kwargs)
+
+
+def cut_before_scoring(fn: Callable, stop: tuple[str, ...]) -> Callable:
+    """`fn` reading completions cut at `stop` (itself when already so, or when `stop` is empty)."""
+    if not stop or isinstance(fn, CutBeforeScoring) and fn.stop == tuple(stop):
+        return fn
+    is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
+    return (AsyncCutBeforeScoring if is_async else CutBeforeScoring)(fn, stop)
+
+
+class CutExtract:
+    """A task's `extract` that reads the completion only up to the first of `stop` strings."""
+
+    def __init__(self, inner: Callable[[str], str | None], stop: tuple[str, ...]):
+        self.inner, self.stop = inner, tuple(stop)
+
+    def __call__(self, text: str) -> str | None:
+        return self.inner(cut_at(text, self.stop) if isinstance(text, str) else text)
 
 
 TASKS: dict[str, Task] = {}
@@ -77,7 +177,7 @@ def mixture(parts: list[Task]) -> Task:
     Raises if the parts score replies differently, since one reward would then be wrong for some rows."""
     first = parts[0]
     for t in parts[1:]:
-        if (t.rewards() != first.rewards() or t.correct() is not first.correct()
+        if (t.rewards() != first.rewards() or t.correct() != first.correct() or t.stop != first.stop
                 or t.reward_weights != first.reward_weights or t.splits != first.splits):
             raise ValueError(f"tasks '{first.name}' and '{t.name}' have different verifiers or splits; a mixture "
                              "needs tasks scored the same way")
@@ -94,5 +194,5 @@ def mixture(parts: list[Task]) -> Task:
 
     return Task(name=name, load=load, rewards=first.rewards, correct=first.correct, extract=first.extract,
                 reward_weights=first.reward_weights, max_completion_length=max(t.max_completion_length for t in parts),
-                splits=first.splits, asks_format=first.asks_format, parts=tuple(t.name for t in parts),
+                splits=first.splits, asks_format=first.asks_format, parts=tuple(t.name for t in parts), stop=first.stop,
                 description="equal parts of " + ", ".join(t.name for t in parts))

@@ -51,6 +51,15 @@ MATH_CASES: list[tuple[str, str, float]] = [
     ("<answer>3 or 5</answer>", "5", 0), ("<answer>Either 3, or maybe 5</answer>", "5", 0),
     ("<answer>5</answer><answer>7</answer>", "5", 0), ("No answer here.", "5", 0),
     (r"First \boxed{5}, so the final answer is \boxed{5}.", "5", 1),
+    # scale words are no units, exact values are exact, numbers read whole, headings are no answers, equal boxes agree
+    (r"The company has \boxed{2 \text{ million}} users.", "2", 0), ("<answer>10 million</answer>", "10", 0),
+    (r"\boxed{0}", r"\frac{1}{2000000}", 0), (r"\boxed{0.000067}", ".0000672", 0), (r"\boxed{3.141593}", r"\pi", 1),
+    ("The answer is \u22125", "5", 0), ("The answer is \u22125", "-5", 1), ("it is .5", "5", 0), ("it is .5", "0.5", 1),
+    ("Answer: 1 1/2 cups", "1/2", 0), ("Answer: 1 1/2 cups", r"\frac32", 1), ("range 10-20", "-20", 0),
+    ("#### Step 1: eggs left\n16 - 3 - 4 = 9\n#### Step 2: money\n9 * 2 = 18\nThe answer is 18.", "#### 18", 1),
+    ("#### Solution\nShe sells 9 eggs and makes $18.", "#### 18", 1),
+    (r"So x = \boxed{\frac{1}{2}}, i.e. \boxed{0.5}.", "0.5", 1),
+    (r"First \boxed{12} apples, in all \boxed{18}.", "18", 0),
 ]
 
 
@@ -79,6 +88,84 @@ def test_known_answer_table(reward):
 ])
 def test_extract_answer(text, expected):
     assert extract_answer(text) == expected
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("The answer is \u22125", "-5"),                 # U+2212 minus: not 5
+    ("it is .5", ".5"), ("so it is -.5, then", "-.5"),  # a leading point: not 5
+    ("Answer: 1 1/2 cups", "1 1/2"),                 # a mixed number: not 1/2
+    ("range 10-20", "20"), ("pages 3-4.", "4"),      # a hyphen after a digit or letter is no minus sign
+    ("x=-3", "-3"), ("it is (-7)", "-7"), ("the year 2023-2024", "2024"),
+])
+def test_last_number_fallback_reads_the_whole_number(text, expected):
+    assert extract_answer(text) == expected
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("#### Step 1: eggs left\n16 - 3 - 4 = 9\n#### Step 2: money\n9 * 2 = 18\nThe answer is 18.", "18"),
+    ("#### Solution\nShe makes $18.", "18"), ("She makes $18.\n#### Final Answer\n18", "18"),
+    ("#### Answer\n23 + 41 = 64", "64"), ("#### 1. Eggs left\n9 eggs\n#### 2. Money\nShe makes 18 dollars.", "18"),
+    ("#### Solution\nso \\boxed{18}", "18"), ("#### Steps\nso 18\n#### 18", "18"), ("#### $1,080", "$1,080"),
+    ("#### \\$18", "\\$18"), ("#### 72.", "72"),
+    ("#### 18\n#### 3", None),  # a number after #### is an answer, and two different ones are a hedge
+])
+def test_markdown_headings_are_not_gsm8k_answers(text, expected):
+    assert extract_answer(text) == expected
+
+
+def test_a_markdown_heading_leaves_no_answer_when_the_fallback_is_off():
+    assert extract_answer("#### Solution\nShe makes $18.", last_number_fallback=False) is None
+
+
+@pytest.mark.parametrize("text, expected", [
+    (r"So x = \boxed{\frac{1}{2}}, i.e. \boxed{0.5}.", "0.5"),
+    (r"\boxed{18} dollars, that is \boxed{\$18.00}", r"\$18.00"),
+    ("<answer>1/2</answer> or rather <answer>0.5</answer>", "0.5"), ("#### 18\n#### 18.00", "18.00"),
+    (r"First \boxed{12} apples, so the total is \boxed{18}.", None), (r"\boxed{2} and \boxed{2 \text{ million}}", None),
+    (r"\boxed{50} \boxed{0.5} \boxed{50\%}", None),  # 50% matches each, but 50 != 0.5: still a hedge
+])
+def test_boxes_equal_in_value_are_one_answer(text, expected):
+    assert extract_answer(text) == expected
+
+
+@pytest.mark.parametrize("pred, gold, expected", [
+    ("10 million", "10", False), ("1.5 million", "1.5", False), ("5 thousand", "5", False), ("3 hundred", "3", False),
+    ("2 dozen", "2", False), ("2 thirds", "2", False), ("3 quarters", "3", False), ("12 squared", "12", False),
+    ("4 cubed", "4", False), ("5 factorial", "5", False), ("50 percent", "50", False), ("$2 million", "2", False),
+    (r"2 \text{ million}", "2", False), (r"2\text{ dozen}", "2", False),
+    (r"\frac{1}{2} \text{ dozen}", r"\frac12", False),
+    (r"\sqrt{4} \text{ million}", "2", False), ("2", r"2 \text{ million}", False),
+    ("10 million", r"10 \text{ million}", True),  # the same words
+    ("12 cm", "12", True), (r"12 \text{ inches}", "12", True), ("5 dollars", "5", True), (r"30^\circ", "30", True),
+    ("12 inches squared", "12", True),  # after a unit, "squared" is the unit's
+])
+def test_words_that_change_the_value_are_not_units(pred, gold, expected):
+    assert compare_answers([(pred, gold)])[0][0] is expected
+
+
+@pytest.mark.parametrize("pred, gold, expected", [
+    ("0", r"\frac{1}{2000000}", False), (r"\frac{1}{3}", r"\frac{333333}{1000000}", False),
+    ("0.000067", ".0000672", False), ("0.0000668", ".0000672", False), ("1.0000001", "1", False),
+    ("0.0000672", r"\frac{21}{312500}", True),
+    # an endless expansion (1/3, 2/3, 1/7) matches a decimal of 6 or more places at the decimal's own precision
+    ("0.333333", r"\frac{1}{3}", True), (r"\frac{1}{3}", "0.333333", True), ("0.3333333333", r"\frac{1}{3}", True),
+    ("0.666667", r"\frac{2}{3}", True), ("0.142857", r"\frac{1}{7}", True), (r"33.3333\%", r"\frac{1}{3}", True),
+    ("0.3333334", r"\frac{1}{3}", False), ("0.666666", r"\frac{2}{3}", False), ("0.33", r"\frac{1}{3}", False),
+    (r"\frac{1}{3}", "0.333", False), ("0", r"\frac{1}{3000000}", False), (r"\frac{1}{7}", r"\frac{1}{3}", False),
+])
+def test_exact_values_are_compared_exactly(pred, gold, expected):
+    assert fast_verdict(pred, gold) is expected
+
+
+@pytest.mark.parametrize("pred, gold, expected", [
+    ("2 3", "23", False), ("1 2", "12", False), ("2, 100", "2,100", False),  # spaces between numbers matter
+    ("x + 1", "x+1", True), ("(1, 2)", "(1,2)", True), (r"2 \pi", r"2\pi", True),
+    (r"\frac {1} {2}", r"\frac{1}{2}", True),
+    (r"1\,000", "1000", True), (r"11,\! 111,\! 100", "11111100", True),  # LaTeX spacing between digit groups
+])
+def test_spaces_are_dropped_only_where_they_cannot_matter(pred, gold, expected):
+    assert (fast_verdict(pred, gold) is True) is expected  # "not equal" may be False or left to math-verify (None)
+    assert compare_answers([(pred, gold)])[0][0] is expected
 
 
 def test_last_number_fallback_can_be_switched_off():

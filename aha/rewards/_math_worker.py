@@ -11,10 +11,13 @@ import gc
 import json
 import logging
 import os
+import re
 import resource
 import signal
 import socket
 import sys
+
+MIXED_NUMBER = re.compile(r"(?<![\w.,/^])(\d+) +(\d+)/(\d+)(?![\w.,/^])")  # "1 1/2", which math-verify reads as 1
 
 
 def _die_with_parent(parent: int) -> None:
@@ -65,7 +68,9 @@ def main() -> None:
     config = [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]
 
     def parsed(answer: str) -> list:
-        # The whole answer as one LaTeX expression: math-verify must not pick a number out of a sentence.
+        # The whole answer as one LaTeX expression: math-verify must not pick a number out of a sentence. A mixed
+        # number is written as LaTeX's 1\frac{1}{2}, which it reads as 3/2.
+        answer = MIXED_NUMBER.sub(r"\1\\frac{\2}{\3}", answer)
         return parse(f"${answer}$", extraction_config=config, parsing_timeout=None)
 
     def judge(pred: str, gold: str) -> dict:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import string
 import sys
 import threading
 from fractions import Fraction
@@ -25,11 +26,14 @@ DEFAULT_TIMEOUT_S = 3.0
 DEFAULT_MEMORY_MB = 1024
 DEFAULT_BATCH_TIMEOUT_S = math.inf  # per-comparison limits bound a call; a finite budget leaves the rest unjudged
 MAX_EXPONENT_DIGITS = 5  # an exponent or factorial argument past 99,999, or any tower, is too large to evaluate
-FLOAT_ROUNDING = 6  # decimal places, as math-verify: 1/3 == 0.333333
+FLOAT_ROUNDING = 6  # the fewest decimal places that may stand for an endless expansion: 1/3 == 0.333333 != 0.33
 
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _BRACE = re.compile(r"[{}]")
-_LAST_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?")
+# a sign (not a hyphen after a word or a number: "range 10-20"), then a mixed number "1 1/2", a number or ".5"
+_LAST_NUMBER = re.compile(r"(?:(?<!\w)[-\u2212])?(?:\d+ \d+/\d+|\d[\d,]*(?:\.\d+)?(?:/\d+)?|(?<!\d)\.\d+)")
+# GSM8K's answer line starts with a number (lm-eval: "#### (\-?[0-9\.\,]+)"): "#### 72", not "#### 1. Eggs left"
+_HASHES_ANSWER = re.compile(r"\s*(?:\\?\$\s*)?[-\u2212]?(?:\d[\d,]*(?:\.\d+)?|\.\d+)(?:\s|\.?$)")
 _POWER = re.compile(r"\^|\*\*")
 _DIGITS = re.compile(r"\d+")
 
@@ -73,14 +77,18 @@ def _tag_blocks(text: str, open_tag: str, close_tag: str) -> list[str]:
 
 
 def _only(answers: list[str]) -> str | None:
-    """The single distinct answer, or None when there is none or several (a hedge earns nothing)."""
-    distinct = {a.strip() for a in answers}
-    return distinct.pop() if len(distinct) == 1 else None
+    """The one answer (the last, when they are equal in value by `fast_verdict`), or None when there is none or
+    several that differ (a hedge earns nothing)."""
+    distinct = list(dict.fromkeys(a.strip() for a in answers))
+    if not distinct or any(fast_verdict(a, b) is not True for i, a in enumerate(distinct) for b in distinct[i + 1:]):
+        return None
+    return answers[-1].strip()
 
 
 def extract_answer(text: str, last_number_fallback: bool = True) -> str | None:
     """The final answer: the `<answer>` block (a `\\boxed{}` inside it wins), else the `\\boxed{}` content, else
-    GSM8K's `#### n`, else (optionally) the last number. Several different answers of one kind are a hedge: None.
+    GSM8K's `#### n` (a number after `####`: "#### Step 1" is a heading), else (optionally) the last number. Several
+    answers of one kind that differ in value are a hedge: None.
 
     >>> extract_answer(r"<think>...</think><answer>$\\boxed{\\frac{1}{2}}$</answer>")
     '\\\\frac{1}{2}'
@@ -90,6 +98,8 @@ def extract_answer(text: str, last_number_fallback: bool = True) -> str | None:
     '12'
     >>> extract_answer(r"\\boxed{3} or perhaps \\boxed{5}") is None
     True
+    >>> extract_answer(r"\\boxed{\\frac{1}{2}}, i.e. \\boxed{0.5}"), extract_answer("#### Step 1\\n3 eggs, 1 1/2 cups")
+    ('0.5', '1 1/2')
     """
     if not isinstance(text, str):
         return None
@@ -110,15 +120,17 @@ def extract_answer(text: str, last_number_fallback: bool = True) -> str | None:
         return None
     if boxes:
         return _clean_outer(_only(boxes))
-    if "####" in text:
-        return _clean_outer(_only([block.split("\n", 1)[0] for block in text.split("####")[1:]]))
+    lines = (block.split("\n", 1)[0] for block in text.split("####")[1:])
+    hashes = [line for line in lines if _HASHES_ANSWER.match(line)]
+    if hashes:
+        return _clean_outer(_only(hashes))
     if last_number_fallback:
         tail_start = max(0, len(text) - TAIL_CHARS)
         last = None
         for last in _LAST_NUMBER.finditer(text, tail_start):
             pass
         if last is not None and not (last.start() == tail_start > 0 and text[tail_start - 1].isdigit()):
-            return last.group().rstrip(",")
+            return last.group().rstrip(",").replace("\u2212", "-")
     return None
 
 
@@ -153,33 +165,64 @@ def gold_answer(gold: Any) -> str | None:
 
 # ---------------------------------------------------------------- comparison
 
+_THIN_THOUSANDS = re.compile(r"\\(?:(?<=\d\\)|(?<=\d,\\))[,!] *(?=\d{3}(?!\d))")  # digit groups: 1\,000, 11,\! 111
 _TEXT_WRAP = re.compile(r"\\(?:text|textbf|textrm|mathrm|mbox)\s*\{([^{}]*)\}")
 _NUMBER = re.compile(r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[+-]?\.\d+")
 _UNIT = re.compile(r"(?:[a-zA-Z]{2,}\.?)(?:\s+[a-zA-Z]+\.?)*")
-_FRAC = re.compile(r"([+-]?)\\frac\{([+-]?\d+)\}\{(\d+)\}|([+-]?\d+)/(\d+)")
+_FRAC = re.compile(r"([+-]?)(?:\\frac\{([+-]?\d+)\}\{(\d+)\}|(?:(\d+) )?(\d+)/(\d+))")  # "\frac{-3}{4}", "1 1/2"
 _NOT_UNITS = {"pi", "sqrt", "ln", "log", "sin", "cos", "tan", "exp", "cdot", "times", "infty", "or", "and"}
+# Words that change the value they follow: never a unit ("10 million" != 10). "squared" and "cubed" act on the
+# number only right after it; after a unit they are the unit's ("12 inches squared").
+_SCALE_WORDS = set("""hundred thousand million billion trillion dozen half halves third quarter fourth fifth sixth
+                   seventh eighth ninth tenth hundredth thousandth millionth percent factorial""".split())
+_POWER_WORDS = {"squared", "cubed"}
+_WORD_CHARS = string.ascii_letters + ". "
+# Spaces that cannot change a value: around an operator or a bracket, before a command, after a comma ("x + 1" is
+# "x+1", "(1, 2)" is "(1,2)"). Not between numbers ("2 3" is not 23), nor where a comma would become a thousands
+# separator ("2, 100" is two answers, "2,100" one).
+_LOOSE_SPACE = re.compile(r" (?:(?<=[-+*/=<>^_;:!|&()\[\]{}] )|(?=[-+*/=<>^_;:!|&()\[\]{}\\])|(?<=, )(?!\d{3}(?!\d)))")
 
 
 def _normalise(s: str) -> str:
-    """Cosmetic LaTeX that never changes a value: spacing, \\left/\\right, dfrac, \\text{}, degrees, \\$."""
-    s = _TEXT_WRAP.sub(r" \1 ", s)
+    """Cosmetic LaTeX that never changes a value: spacing (`_LOOSE_SPACE`), \\left/\\right, dfrac, \\text{}, degrees,
+    \\$, LaTeX spacing between digit groups (1\\,000)."""
+    s = _THIN_THOUSANDS.sub("", _TEXT_WRAP.sub(r" \1 ", s))
     for old, new in (("\\dfrac", "\\frac"), ("\\tfrac", "\\frac"), ("\\left", ""), ("\\right", ""), ("\\!", ""),
                      ("\\,", " "), ("\\;", " "), ("\\ ", " "), ("~", " "), ("^{\\circ}", ""), ("^\\circ", ""),
                      ("\\%", "%"), ("\\$", ""), ("\u2212", "-")):
         s = s.replace(old, new)
-    return " ".join(s.split()).rstrip(".").strip()
+    return _LOOSE_SPACE.sub("", " ".join(s.split())).rstrip(".").strip()
 
 
-def parse_number(answer: str) -> tuple[Fraction, bool] | None:
-    """(value, is_percent) of a plain number, possibly with thousands commas, a currency sign, a percent sign,
-    a unit word, or a simple fraction; None for anything else (that is math-verify's job).
+def _changes_value(words: list[str]) -> bool:
+    """Do these words after a number change its value ("10 million", "2 thirds", "5 factorial", "12 squared")?
+
+    >>> _changes_value(["million"]), _changes_value(["thirds"]), _changes_value(["inches", "squared"])
+    (True, True, False)
+    """
+    words = [w.rstrip(".").lower() for w in words]
+    return bool(words) and (words[0] in _POWER_WORDS or any({w, w[:-1]} & _SCALE_WORDS for w in words))
+
+
+def _scaled(answer: str) -> bool:
+    """Does `answer` end in words that change the value before them ("2 \\text{ million}", "\\frac{1}{2} dozen")?"""
+    s = _normalise(answer)
+    head = s.rstrip(_WORD_CHARS)  # a text answer ("one half") is all words: there is nothing they could scale
+    return bool(head) and _changes_value(s[len(head):].split())
+
+
+def parse_number(answer: str) -> tuple[Fraction, bool, Fraction] | None:
+    """(value, is_percent, last_place) of a plain number, possibly with thousands commas, a currency sign, a percent
+    sign, a unit word, or a simple or mixed fraction; None for anything else (that is math-verify's job), and for a
+    word that changes the value, which is no unit ("10 million"). last_place is the value of a 1 in the last digit
+    written (0.01 for 1,000.50, 1 for 12), and 0 for a fraction, which is exact.
 
     >>> parse_number("$1,000.50")
-    (Fraction(2001, 2), False)
+    (Fraction(2001, 2), False, Fraction(1, 100))
     >>> parse_number("12 cm")
-    (Fraction(12, 1), False)
-    >>> parse_number("-\\\\frac{3}{4}")
-    (Fraction(-3, 4), False)
+    (Fraction(12, 1), False, Fraction(1, 1))
+    >>> parse_number("-\\\\frac{3}{4}")[0], parse_number("1 1/2")[0], parse_number("10 million")
+    (Fraction(-3, 4), Fraction(3, 2), None)
     """
     s = _normalise(answer).lstrip("$").strip()
     if len(s) > 64:
@@ -188,49 +231,71 @@ def parse_number(answer: str) -> tuple[Fraction, bool] | None:
     s = s.rstrip("%").strip()
     m = _FRAC.fullmatch(s)
     if m:
-        sign, num, den = (m.group(1), m.group(2), m.group(3)) if m.group(2) else ("", m.group(4), m.group(5))
+        sign, num, den, whole = m.group(1), m.group(2) or m.group(5), m.group(3) or m.group(6), m.group(4) or "0"
         if int(den) == 0:
             return None
-        value = Fraction(int(num), int(den))
-        return (-value if sign == "-" else value), percent
+        value = int(whole) + Fraction(int(num), int(den))
+        return (-value if sign == "-" else value), percent, Fraction(0)
     m = _NUMBER.match(s)
     if not m:
         return None
     rest = s[m.end():].strip()
     if rest:
-        if percent or not _UNIT.fullmatch(rest) or any(w.rstrip(".").lower() in _NOT_UNITS for w in rest.split()):
+        words = rest.split()
+        if percent or not _UNIT.fullmatch(rest) or _changes_value(words) or \
+                any(w.rstrip(".").lower() in _NOT_UNITS for w in words):
             return None
-    return Fraction(m.group().replace(",", "")), percent
+    number = m.group().replace(",", "")
+    return Fraction(number), percent, Fraction(1, 10 ** len(number.partition(".")[2]))
 
 
-def _same_number(a: Fraction, b: Fraction) -> bool:
+def _endless(x: Fraction) -> bool:
+    """Does the decimal expansion of `x` never end (1/3), i.e. has its denominator a prime other than 2 and 5?"""
+    d = x.denominator
+    for prime in (2, 5):
+        while d % prime == 0:
+            d //= prime
+    return d != 1
+
+
+def _same_number(a: Fraction, a_place: Fraction, b: Fraction, b_place: Fraction) -> bool:
+    """Two values with the value of their last written digit (`parse_number`): exact values must be equal. Only a
+    decimal written to FLOAT_ROUNDING places or more may stand for a value that never ends, and then for the one
+    it rounds: 0.333333 == 1/3, but 0.33 != 1/3, 0.3333334 != 1/3, 1/3 != 333333/1000000 and 0 != 1/2000000.
+
+    >>> third, six_places, two_places = (Fraction(1, 3), 0), Fraction(1, 10**6), Fraction(1, 100)
+    >>> _same_number(*third, Fraction("0.333333"), six_places), _same_number(*third, Fraction("0.33"), two_places)
+    (True, False)
+    """
     if a == b:
         return True
-    if a.denominator == 1 and b.denominator == 1:
-        return False
-    return round(a, FLOAT_ROUNDING) == round(b, FLOAT_ROUNDING)
+    return any(0 < place <= Fraction(1, 10 ** FLOAT_ROUNDING) and _endless(other) and abs(other - decimal) < place / 2
+               for decimal, place, other in ((a, a_place, b), (b, b_place, a)))
 
 
 def fast_verdict(pred: str, gold: str) -> bool | None:
     """Decide without sympy when possible: identical after cosmetic normalisation, or both plain numbers.
-    None means undecided (symbolic). A percent matches its number and its fraction: 50% == 50 == 0.5.
+    None means undecided (symbolic). A percent matches its number and its fraction: 50% == 50 == 0.5. A number
+    with a word that changes its value matches only the same text: "10 million" != 10, and != 10000000 too.
 
     >>> fast_verdict("1,000", "1000"), fast_verdict("42.0", "42"), fast_verdict("0.5", "1/2"), fast_verdict("41", "42")
     (True, True, True, False)
     >>> fast_verdict("\\\\sqrt{4}", "2") is None
     True
+    >>> fast_verdict("10 million", "10"), fast_verdict("0.333333", "1/3"), fast_verdict("0", "1/2000000")
+    (False, True, False)
     """
     if len(pred) > MAX_ANSWER_CHARS:
         return False
-    if _normalise(pred).replace(" ", "") == _normalise(gold).replace(" ", ""):
+    if _normalise(pred) == _normalise(gold):
         return True
     p, g = parse_number(pred), parse_number(gold)
     if p is None or g is None:
-        return None
-    (pv, pp), (gv, gp) = p, g
-    pvals = {pv, pv / 100} if pp and not gp else {pv}
-    gvals = {gv, gv / 100} if gp and not pp else {gv}
-    return any(_same_number(x, y) for x in pvals for y in gvals)
+        return False if _scaled(pred) or _scaled(gold) else None  # "10 million" is neither 10 nor, here, 10^7
+    (pv, pp, p_place), (gv, gp, g_place) = p, g
+    preds = {(pv, p_place), (pv / 100, p_place / 100)} if pp and not gp else {(pv, p_place)}
+    golds = {(gv, g_place), (gv / 100, g_place / 100)} if gp and not pp else {(gv, g_place)}
+    return any(_same_number(*x, *y) for x in preds for y in golds)
 
 
 def _operand(text: str, start: int) -> str:

@@ -68,7 +68,7 @@ def hostile() -> None:
         out = math(None, [completion], answer=["5"])
         elapsed = time.monotonic() - start
         tried += 1
-        contained += out == [0.0] and elapsed < timeout_s + 1.5
+        contained += out in ([0.0], [None]) and elapsed < timeout_s + 1.5  # no reward (None: set aside as too large)
         slowest = max(slowest, (elapsed, f"math: {name}"))
     print(f"math hostile        limit {timeout_s:.1f} s per comparison")
 

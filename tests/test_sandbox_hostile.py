@@ -208,3 +208,75 @@ def test_code_reward_reports_isolation_and_scores_zero():
     metrics = reward.pop_metrics()
     assert metrics[f"sandbox/{reward.isolation}"] == 2
     assert metrics["timeouts"] == 1
+
+
+def _attacks(victims: dict[str, int], target: str) -> dict[str, str]:
+    """Programs that reach another process or a file outside their scratch dir with calls the kill ban and
+    Landlock do not cover. Each swallows its errors: what counts is the effect on the target."""
+    def program(body: str) -> str:
+        return ("import ctypes, fcntl, os, resource, socket, struct\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+                "def f():\n" + "".join(f"    try:\n        {line}\n    except OSError:\n        pass\n"
+                                       for line in body.splitlines()) + "    return 1\n")
+    info = "i = (ctypes.c_int * 32)(); i[0] = 9; i[2] = -1"  # si_signo SIGKILL, si_code SI_QUEUE
+    nr = {"x86_64": (129, 297), "aarch64": (138, 240)}.get(os.uname().machine, (129, 297))
+    asynchronous = "fcntl.fcntl(a.fileno(), fcntl.F_SETFL, fcntl.fcntl(a.fileno(), fcntl.F_GETFL) | os.O_ASYNC)"
+    return {
+        "rt_sigqueueinfo": program(f"{info}\nlibc.syscall({nr[0]}, {victims['rt_sigqueueinfo']}, 9, i)"),
+        "rt_tgsigqueueinfo": program(f"{info}\nv = {victims['rt_tgsigqueueinfo']}\nlibc.syscall({nr[1]}, v, v, 9, i)"),
+        "fcntl_setown": program(f"global a, b\na, b = socket.socketpair()\n"
+                                f"fcntl.fcntl(a.fileno(), fcntl.F_SETOWN, {victims['fcntl_setown']})\n"
+                                f"fcntl.fcntl(a.fileno(), 10, 9)\n{asynchronous}\nb.send(b'x')"),  # F_SETSIG SIGKILL
+        "ioctl_fiosetown": program(f"global a, b\na, b = socket.socketpair()\n"
+                                   f"fcntl.ioctl(a.fileno(), 0x8901, struct.pack('i', {victims['ioctl_fiosetown']}))\n"
+                                   f"{asynchronous}\nb.send(b'x')"),  # SIGIO's default action kills
+        "prlimit_other": program(f"resource.prlimit({victims['prlimit_other']}, resource.RLIMIT_CPU, (1, 1))"),
+        "metadata_outside": program(f"os.chmod({target!r}, 0o777)\nos.utime({target!r}, (0, 0))\n"
+                                    f"os.setxattr({target!r}, 'user.aha', b'x')"),
+    }
+
+
+@pytest.mark.parametrize("mode", _modes())
+def test_no_signal_limit_or_metadata_outside_the_candidate(mode, tmp_path):
+    """rt_(tg)sigqueueinfo, an owner for SIGIO (fcntl F_SETOWN/F_SETSIG, ioctl FIOSETOWN), prlimit64 on another
+    pid and chmod/utime/setxattr (metadata, which Landlock leaves open) reach nothing outside the candidate."""
+    import resource
+    import subprocess
+    target = tmp_path / "outside.txt"
+    target.write_text("x")
+    os.chmod(target, 0o600)
+    before = os.stat(target)
+    names = ("rt_sigqueueinfo", "rt_tgsigqueueinfo", "fcntl_setown", "ioctl_fiosetown", "prlimit_other")
+    victims = {name: subprocess.Popen(["sleep", "60"]) for name in names}
+    try:
+        limit = resource.prlimit(victims["prlimit_other"].pid, resource.RLIMIT_CPU)
+        programs = _attacks({n: p.pid for n, p in victims.items()}, str(target))
+        with ThreadPoolExecutor(4) as pool:
+            results = dict(zip(programs, pool.map(
+                lambda src: run_tests(src, [("assert f() == 1", True)], limits=LIMITS, mode=mode), programs.values())))
+        assert all(r.status != "error" for r in results.values()), results
+        time.sleep(0.3)  # a queued signal
+        after = os.stat(target)
+        reached = {n: p.returncode for n, p in victims.items() if p.poll() is not None}
+        if resource.prlimit(victims["prlimit_other"].pid, resource.RLIMIT_CPU) != limit:
+            reached["prlimit_other"] = "RLIMIT_CPU changed"
+        if (after.st_mode, after.st_mtime_ns, os.listxattr(target)) != (before.st_mode, before.st_mtime_ns, []):
+            reached["metadata_outside"] = (oct(after.st_mode), after.st_mtime_ns, os.listxattr(target))
+        assert reached == {}
+    finally:
+        for p in victims.values():
+            p.kill()
+            p.wait()
+
+
+@pytest.mark.parametrize("mode", _modes())
+def test_ordinary_program_keeps_its_own_limits_files_and_fds(mode):
+    """The argument checks leave a program its own process and scratch dir: limits, files, fcntl, ioctl."""
+    program = ("import fcntl, os, resource\ndef f():\n    soft, hard = resource.getrlimit(resource.RLIMIT_CPU)\n"
+               "    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))\n"
+               "    resource.prlimit(0, resource.RLIMIT_NOFILE)\n    with open('scratch.txt', 'w') as out:\n"
+               "        out.write('hi')\n    fd = os.open('scratch.txt', os.O_RDONLY)\n"
+               "    fcntl.fcntl(fd, fcntl.F_SETFD, fcntl.fcntl(fd, fcntl.F_GETFD) | fcntl.FD_CLOEXEC)\n"
+               "    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_NONBLOCK)\n"
+               "    os.isatty(fd)\n    os.close(fd)\n    return open('scratch.txt').read()\n")
+    result = run_tests(program, [("assert f() == 'hi'", True)], limits=LIMITS, mode=mode)
+    assert result.passed == 1, result

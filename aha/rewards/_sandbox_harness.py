@@ -52,7 +52,10 @@ _SYSCALLS = {
                    fsopen=430, fsconfig=431, fsmount=432, fspick=433, mount_setattr=442, name_to_handle_at=303,
                    open_by_handle_at=304, kill=62, tkill=200, tgkill=234, pidfd_open=434, pidfd_send_signal=424,
                    pidfd_getfd=438, fork=57, vfork=58, clone=56, clone3=435, execve=59, execveat=322, setsid=112,
-                   setpgid=109),
+                   setpgid=109, rt_sigqueueinfo=129, rt_tgsigqueueinfo=297, prlimit64=302, fcntl=72, chmod=90,
+                   fchmod=91, fchmodat=268, fchmodat2=452, chown=92, fchown=93, lchown=94, fchownat=260, utime=132,
+                   utimes=235, utimensat=280, futimesat=261, setxattr=188, lsetxattr=189, fsetxattr=190,
+                   removexattr=197, lremovexattr=198, fremovexattr=199, ioctl=16),
     "aarch64": dict(socket=198, ptrace=117, process_vm_readv=270, process_vm_writev=271, io_uring_setup=425,
                     mount=40, umount2=39, pivot_root=41, chroot=51, unshare=97, setns=268, bpf=280,
                     perf_event_open=241, userfaultfd=282, keyctl=219, add_key=217, request_key=218, kexec_load=104,
@@ -60,7 +63,10 @@ _SYSCALLS = {
                     swapon=224, swapoff=225, acct=89, open_tree=428, move_mount=429, fsopen=430, fsconfig=431,
                     fsmount=432, fspick=433, mount_setattr=442, name_to_handle_at=264, open_by_handle_at=265,
                     kill=129, tkill=130, tgkill=131, pidfd_open=434, pidfd_send_signal=424, pidfd_getfd=438,
-                    clone=220, clone3=435, execve=221, execveat=281, setsid=157, setpgid=154),
+                    clone=220, clone3=435, execve=221, execveat=281, setsid=157, setpgid=154, rt_sigqueueinfo=138,
+                    rt_tgsigqueueinfo=240, prlimit64=261, fcntl=25, fchmod=52, fchmodat=53, fchmodat2=452,
+                    fchown=55, fchownat=54, utimensat=88, setxattr=5, lsetxattr=6, fsetxattr=7, removexattr=14,
+                    lremovexattr=15, fremovexattr=16, ioctl=29),  # no legacy chmod, chown, lchown, utime(s), futimesat
 }
 _AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 _BOTH_DENY = ("socket", "ptrace", "process_vm_readv", "process_vm_writev", "io_uring_setup", "mount", "umount2",
@@ -69,7 +75,14 @@ _BOTH_DENY = ("socket", "ptrace", "process_vm_readv", "process_vm_writev", "io_u
               "delete_module", "reboot", "swapon", "swapoff", "iopl", "ioperm", "acct", "open_tree", "move_mount",
               "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr", "name_to_handle_at", "open_by_handle_at")
 _CANDIDATE_DENY = ("kill", "tkill", "tgkill", "pidfd_open", "pidfd_send_signal", "pidfd_getfd", "fork", "vfork",
-                   "execve", "execveat", "setsid", "setpgid")
+                   "execve", "execveat", "setsid", "setpgid", "rt_sigqueueinfo", "rt_tgsigqueueinfo",
+                   # metadata of files outside the scratch dir (Landlock does not cover it)
+                   "chmod", "fchmod", "fchmodat", "fchmodat2", "chown", "fchown", "lchown", "fchownat", "utime",
+                   "utimes", "utimensat", "futimesat", "setxattr", "lsetxattr", "fsetxattr", "removexattr",
+                   "lremovexattr", "fremovexattr")
+# fcntl commands that make the kernel signal another process (SIGIO, or any signal via F_SETSIG), and the
+# socket ioctls that set the same owner (FIOSETOWN, SIOCSPGRP: SIGIO kills a process that does not handle it)
+_F_SETOWN, _F_SETSIG, _F_SETOWN_EX, _FIOSETOWN, _SIOCSPGRP = 8, 10, 15, 0x8901, 0x8902
 _EPERM, _ENOSYS, _CLONE_THREAD = 1, 38, 0x00010000
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -105,7 +118,25 @@ def _seccomp(deny, candidate):
         if name in table:
             op(jeq, table[name], jf=1)
             op(ret, errno | _EPERM)
-    if candidate:
+    if candidate:  # argument checks: each block ends in a return (the accumulator no longer holds nr)
+        op(jeq, table["prlimit64"], jf=4)
+        op(ld, 16)  # args[0] (low 32 bits): pid; 0 is this process (resource.setrlimit, glibc)
+        op(jeq, 0, jf=1)
+        op(ret, allow)
+        op(ret, errno | _EPERM)  # another process's limits
+        op(jeq, table["fcntl"], jf=6)
+        op(ld, 24)  # args[1]: cmd
+        op(jeq, _F_SETOWN, jt=3)
+        op(jeq, _F_SETOWN_EX, jt=2)
+        op(jeq, _F_SETSIG, jt=1)
+        op(ret, allow)
+        op(ret, errno | _EPERM)
+        op(jeq, table["ioctl"], jf=5)
+        op(ld, 24)  # args[1]: request
+        op(jeq, _FIOSETOWN, jt=2)
+        op(jeq, _SIOCSPGRP, jt=1)
+        op(ret, allow)
+        op(ret, errno | _EPERM)
         op(jeq, table["clone3"], jf=1)
         op(ret, errno | _ENOSYS)  # glibc then falls back to clone(), checked below
         op(jeq, table["clone"], jf=4)

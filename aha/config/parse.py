@@ -150,12 +150,15 @@ def load_yaml(text: str, where: str) -> tuple[Any, dict[tuple, str]]:
     Returns the data and, for every scalar YAML read as a number because it was not quoted, its
     path (keys and list indices) -> its text as written, so a text field can refuse `0123` (83).
     """
+    loader = yaml.SafeLoader(text)  # one parse: the node tree gives both the data and each number's text
     try:
-        data = yaml.safe_load(text)
-        numbers = dict(_number_texts(yaml.compose(text, Loader=yaml.SafeLoader)))
+        node = loader.get_single_node()
+        data = None if node is None else loader.construct_document(node)
     except yaml.YAMLError as e:
         raise ConfigError(f"{where}: not valid YAML{_yaml_problem(e)}") from None
-    return data, numbers
+    finally:
+        loader.dispose()
+    return data, dict(_number_texts(node))
 
 
 def _yaml_problem(e: yaml.YAMLError) -> str:

@@ -84,7 +84,7 @@ def translate(kwargs: dict[str, Any], fields: set[str]) -> dict[str, Any]:
         if key in ALIASES:
             for field, mapped in ALIASES[key](value, kwargs).items():
                 out.setdefault(field, mapped)
-        if key in ALREADY and any(value is v or value == v and type(value) is type(v) for v in ALREADY[key]):
+        if key in ALREADY and any(type(value) is type(v) and value == v for v in ALREADY[key]):
             out.pop(key, None)
             continue
         if key in UNSUPPORTED or key.startswith("vllm_"):

@@ -95,6 +95,12 @@ def code_helpers(code_prompt: str, entry_point: str) -> str:
     return "\n\n".join(ast.unparse(n) for n in tree.body if not _is_stub(n))
 
 
+def _column(columns: dict, name: str, index: int):
+    """Row `index`'s value of column `name` in a reward call's keyword columns; None when the column is absent."""
+    values = columns.get(name)
+    return values[index] if values else None
+
+
 def _code_reward(mode: str = "all"):
     """CodeReward that runs each program as HumanEval's own harness does, prompt and completion together: a
     body-only program is completed with the row's `code_prompt` (imports, helpers, signature and docstring); a
@@ -105,7 +111,7 @@ def _code_reward(mode: str = "all"):
 
     class CodePromptReward(CodeReward):
         def program(self, index, prompt, completion, entry, columns):
-            head = (columns.get("code_prompt") or [None] * (index + 1))[index]
+            head = _column(columns, "code_prompt", index)
             program = extract_program(completion_text(completion))
             if not (head and entry and program.strip()):
                 return super().program(index, prompt, completion, entry, columns)
@@ -115,7 +121,7 @@ def _code_reward(mode: str = "all"):
             return f"{preamble.rstrip()}\n\n\n{program}" if preamble.strip() else program
 
         def dataset_setup(self, index, entry, columns):
-            head = (columns.get("code_prompt") or [None] * (index + 1))[index]
+            head = _column(columns, "code_prompt", index)
             helpers = code_helpers(head, entry) if isinstance(head, str) and entry else ""
             return [helpers] if helpers else []
 

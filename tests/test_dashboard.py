@@ -38,13 +38,17 @@ def make_run(path, torn=True):
     return path
 
 
+LOCAL = "http://127.0.0.1:8765"
+"""What a browser on this machine sends as Host (TestClient's own "testserver" is a foreign name)."""
+
+
 @pytest.fixture
 def client(tmp_path):
     make_run(tmp_path / "runs" / "a")
     make_run(tmp_path / "runs" / "sub" / "b", torn=False)
     (tmp_path / "secret.txt").write_text("no")
     cfg = DashboardConfig(runs_root=str(tmp_path / "runs"), playground_dir=str(tmp_path / "pg"), playground_max_steps=3)
-    with TestClient(build_app(cfg)) as c:
+    with TestClient(build_app(cfg), base_url=LOCAL) as c:
         yield c
 
 
@@ -112,9 +116,57 @@ def test_unreadable_files_are_errors_in_the_answer_not_crashes(client, tmp_path)
     assert "config.yaml" in runs["a"]["config_error"]
     assert client.get("/api/groups?run=a").json()["steps"] == [2]
     assert client.get("/api/learn/advantages", ).status_code == 405
-    assert client.post("/api/learn/advantages", content=b"{").status_code == 400
+    assert client.post("/api/learn/advantages", content=b"{", headers=JSON).status_code == 400
     assert "rewards" in client.post("/api/learn/advantages", json={"rewards": [1]}).json()["error"]
     assert client.post("/api/learn/ratio", json={"p_old": 0, "p_new": 0.5}).status_code == 400
+
+
+JSON = {"content-type": "application/json"}
+
+
+def test_a_cross_site_post_is_refused_and_starts_nothing(client):
+    body = b'{"max_steps": 1}'
+    simple = {"content-type": "text/plain", "origin": "http://evil.example"}  # a form/fetch with no preflight
+    assert client.post("/api/playground/start", content=body, headers=simple).status_code == 403
+    refused = [{**JSON, "origin": "http://evil.example"}, {**JSON, "origin": "null"},
+               {**JSON, "origin": "http://localhost.evil.example:8765"}, {**JSON, "origin": "file://"},
+               {**JSON, "sec-fetch-site": "cross-site"}, {"content-type": "text/plain"}, {}]
+    for headers in refused:
+        assert client.post("/api/playground/start", content=body, headers=headers).status_code in (403, 415), headers
+    assert client.get("/api/playground").json()["jobs"] == []
+    for origin in ("http://127.0.0.1:8765", "http://localhost:3000", "https://[::1]"):  # any port: tunnels
+        ok = {"content-type": "application/json; charset=utf-8", "origin": origin, "sec-fetch-site": "same-origin"}
+        assert client.post("/api/learn/kl", content=b'{"p": 1, "p_ref": 0.5}', headers=ok).status_code == 200
+    assert client.post("/api/learn/kl", json={"p": 1, "p_ref": 0.5}).status_code == 200  # no Origin: not a browser
+
+
+def test_a_foreign_host_is_refused_so_dns_rebinding_reads_nothing(client, tmp_path):
+    for host in ("evil.example", "evil.example:8765", "127.0.0.1.evil.example", "localhost:80x", ""):
+        r = client.get("/api/runs", headers={"host": host})
+        assert r.status_code == 421 and "runs" not in r.json(), host
+    assert client.get("/api/file?run=a&path=summary.json", headers={"host": "evil.example"}).status_code == 421
+    for host in ("localhost", "LOCALHOST:1", "127.0.0.1:9", "[::1]:8765"):
+        assert client.get("/api/runs", headers={"host": host}).status_code == 200, host
+    cfg = DashboardConfig(runs_root=str(tmp_path / "runs"), host="dash.lan", playground_dir=str(tmp_path / "pg"))
+    with TestClient(build_app(cfg), base_url="http://dash.lan:8443") as c:
+        assert c.get("/api/runs").status_code == 200 and c.get("/", headers={"host": "other.lan"}).status_code == 421
+
+
+def test_a_run_folder_linked_out_of_the_root_is_neither_listed_nor_served(client, tmp_path):
+    make_run(tmp_path / "elsewhere" / "r")
+    (tmp_path / "runs" / "evil").symlink_to(tmp_path / "elsewhere" / "r")
+    (tmp_path / "runs" / "deep").symlink_to(tmp_path / "elsewhere")  # a run one level under a link out
+    (tmp_path / "runs" / "alias").symlink_to(tmp_path / "runs" / "a")  # a link that stays inside is fine
+    (tmp_path / "runs" / "c").mkdir()
+    (tmp_path / "runs" / "c" / "config.yaml").write_text("model: tiny\n")
+    (tmp_path / "runs" / "c" / "metrics.jsonl").symlink_to(tmp_path / "secret.txt")  # a run file linked out
+    assert {r["id"] for r in client.get("/api/runs").json()["runs"]} == {"a", "sub/b", "alias", "c"}
+    for run in ("evil", "deep/r"):
+        assert client.get(f"/api/file?run={run}&path=summary.json").status_code == 404
+        assert client.get(f"/api/metrics?run={run}").status_code == 404
+    assert client.get("/api/metrics?run=c").json()["missing"] and client.get("/api/file?run=c&path=metrics.jsonl"
+                                                                             ).status_code == 403
+    assert client.get("/api/file?run=alias&path=summary.json").json() == {}
 
 
 def test_learn_numbers_are_aha_algos_own(client):

@@ -2,6 +2,8 @@
 line or a file that is not JSON is reported as such, never raised.
 
 Runs are known by an id (a name, not a path); files are served only from inside a known run's directory.
+Links are followed only where their real path stays inside: a run folder under the runs root that links out
+of it is neither listed nor searched, and a run file that links out of its run is treated as absent.
 """
 
 from __future__ import annotations
@@ -49,8 +51,8 @@ class RunRegistry:
                     name = f"{d.name}-{n}"
                 found[name] = d
         elif self.root.is_dir():
-            for d in sorted(_find_runs(self.root, SEARCH_DEPTH)):
-                found[d.relative_to(self.root).as_posix()] = d
+            for d in sorted(_find_runs(self.root, SEARCH_DEPTH, self.root)):
+                found[d.relative_to(self.root).as_posix()] = _real(d)
         with self.lock:
             return {**found, **self.extra}
 
@@ -62,33 +64,41 @@ class RunRegistry:
         return self.runs().get(run_id)
 
 
-def _find_runs(root: Path, depth: int) -> list[Path]:
+def _real(path: Path) -> Path:
+    """The path with every link followed (a link loop is left unresolved, never raised)."""
+    return Path(os.path.realpath(path))
+
+
+def _find_runs(root: Path, depth: int, real_root: Path) -> list[Path]:
+    """Run folders under `root` as found (ids come from these); one whose real path leaves `real_root` is skipped."""
     out = []
     try:
-        children = [c for c in root.iterdir() if c.is_dir() and not c.name.startswith((".", "checkpoint-"))]
+        children = [c for c in root.iterdir() if c.is_dir() and not c.name.startswith((".", "checkpoint-"))
+                    and _real(c).is_relative_to(real_root)]
     except OSError:
         return out
     for c in children:
-        if any((c / m).is_file() for m in RUN_MARKERS):
+        if any(safe_file(c, m) for m in RUN_MARKERS):
             out.append(c)
         if depth > 1 and c.name not in ("model", "tensorboard"):
-            out.extend(_find_runs(c, depth - 1))
+            out.extend(_find_runs(c, depth - 1, real_root))
     return out
 
 
 def safe_file(run_dir: Path, rel: str) -> Path | None:
-    """`rel` inside `run_dir`, or None when it would leave it (.., an absolute path, a link out)."""
+    """The real path of `rel` inside `run_dir`, or None when it is not a file there (.., an absolute path, a link
+    out)."""
     if not rel or "\x00" in rel or os.path.isabs(rel):
         return None
-    target = (run_dir / rel).resolve()
-    return target if target.is_relative_to(run_dir.resolve()) and target.is_file() else None
+    target = _real(run_dir / rel)
+    return target if target.is_relative_to(_real(run_dir)) and target.is_file() else None
 
 
 def read_config(run_dir: Path) -> dict:
     """The run's saved config (config.yaml or demo_config.yaml); {"error": ...} when it cannot be read."""
     for name in ("config.yaml", "demo_config.yaml"):
-        path = run_dir / name
-        if path.is_file():
+        path = safe_file(run_dir, name)
+        if path is not None:
             try:
                 data = yaml.safe_load(path.read_text())
                 return data if isinstance(data, dict) else {"error": f"{name} is not a mapping"}
@@ -145,8 +155,8 @@ def summary(run_id: str, run_dir: Path, read=read_jsonl) -> dict:
     cfg = read_config(run_dir)
     last: dict = {}
     steps = 0
-    metrics = run_dir / METRICS
-    if metrics.is_file():
+    metrics = safe_file(run_dir, METRICS)
+    if metrics is not None:
         got = read(metrics, 0)
         for row in got["rows"]:
             steps = max(steps, row.get("step", 0) if isinstance(row.get("step"), int) else 0)
@@ -155,12 +165,13 @@ def summary(run_id: str, run_dir: Path, read=read_jsonl) -> dict:
             last["_note"] = f"{len(got['bad'])} bad line(s)" + (", a partial last line" if got["partial"] else "")
     return {"id": run_id, "path": str(run_dir), "config": {k: cfg[k] for k in CONFIG_KEYS if k in cfg},
             "config_error": cfg.get("error"), "steps": steps, "last": last,
-            "has_groups": (run_dir / GROUPS).is_file(), "files": _files(run_dir)}
+            "has_groups": safe_file(run_dir, GROUPS) is not None, "files": _files(run_dir)}
 
 
 def _files(run_dir: Path) -> list[str]:
     try:
-        return sorted(p.name for p in run_dir.iterdir() if p.is_file() and p.suffix in (".json", ".md", ".png", ".yaml"))
+        return sorted(p.name for p in run_dir.iterdir()
+                      if p.suffix in (".json", ".md", ".png", ".yaml") and safe_file(run_dir, p.name))
     except OSError:
         return []
 
@@ -205,11 +216,11 @@ class GroupIndex:
         return out
 
 
-def reflection_by_step(path: Path, phrases: list[str], index: GroupIndex) -> list[dict]:
+def reflection_by_step(path: Path | None, phrases: list[str], index: GroupIndex) -> list[dict]:
     """For each recorded step: recorded completions, how many hold a reflection phrase, and the first one."""
     from ..behaviour import phrase_pattern
     pattern, out = phrase_pattern(phrases), []
-    if not path.is_file():
+    if path is None or not path.is_file():
         return out
     for step in sorted(index.steps(path)):
         texts = [c.get("text", "") for g in index.groups(path, step) for c in g.get("completions", [])]
@@ -242,10 +253,10 @@ class MetricsCache:
             return {**got, "rows": rows, "bad": bad, "reset": False}
 
 
-def held_out_table(path: Path) -> dict:
+def held_out_table(path: Path | None) -> dict:
     """held_out.jsonl -> {"steps": [...], "problems": [{id, prompt, answer, by_step: {step: {greedy, correct}}}]},
     the same problems answered at each evaluation, side by side."""
-    got = read_jsonl(path) if path.is_file() else {"rows": [], "bad": []}
+    got = read_jsonl(path) if path is not None and path.is_file() else {"rows": [], "bad": []}
     steps, problems = set(), {}
     for row in got["rows"]:
         if not isinstance(row.get("step"), int):

@@ -1,9 +1,11 @@
 """The dashboard's web server (Starlette, served by uvicorn): a JSON API over run directories and the
 Learn GRPO explainer, plus the static page.
 
-Safety: it binds 127.0.0.1 unless told otherwise; runs are addressed by id and files only inside a known
-run's directory; the only job a request can start is the bounded playground; a file that cannot be read is
-an error in the answer, never a crash of the server.
+Safety: it binds 127.0.0.1 unless told otherwise; it answers only to a local or configured Host and takes
+state-changing requests only as JSON from its own page (guard.py: no cross-site POST, no DNS rebinding); runs
+are addressed by id and files only inside a known run's directory, never through a link out of it; the only
+job a request can start is the bounded playground; a file that cannot be read is an error in the answer,
+never a crash of the server.
 """
 
 from __future__ import annotations
@@ -14,12 +16,14 @@ import threading
 from pathlib import Path
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from . import explain
+from .guard import Guard
 from .playground import Playground
 from ..behaviour import DEFAULT_REFLECTION_PHRASES
 from .runs import (GROUPS, HELD_OUT, METRICS, GroupIndex, MetricsCache, RunRegistry, columns, held_out_table, read_config, reflection_by_step,
@@ -81,11 +85,11 @@ class Api:
         found = _run(request, self.registry)
         if isinstance(found, JSONResponse):
             return found
-        run_id, path = found
-        if not (path / METRICS).is_file():
+        run_id, file = found[0], safe_file(found[1], METRICS)
+        if file is None:
             return JSONResponse({"run": run_id, "offset": 0, "step": [], "series": {}, "bad": [], "partial": None,
                                  "reset": False, "missing": True})
-        got = self.cache.read(path / METRICS, _int(request, "offset", 0))
+        got = self.cache.read(file, _int(request, "offset", 0))
         rows = got.pop("rows")
         return JSONResponse({"run": run_id, **got, **columns(rows)})
 
@@ -94,9 +98,8 @@ class Api:
         found = _run(request, self.registry)
         if isinstance(found, JSONResponse):
             return found
-        run_id, path = found
-        file = path / GROUPS
-        if not file.is_file():
+        run_id, file = found[0], safe_file(found[1], GROUPS)
+        if file is None:
             return JSONResponse({"run": run_id, "steps": [], "groups": [], "missing": True})
         steps = sorted(self.index.steps(file))
         step = _int(request, "step", steps[-1] if steps else 0)
@@ -111,8 +114,8 @@ class Api:
             return found
         phrases = read_config(found[1]).get("reflection_phrases") or list(DEFAULT_REFLECTION_PHRASES)
         return JSONResponse({"run": found[0], "phrases": phrases,
-                             "steps": reflection_by_step(found[1] / GROUPS, phrases, self.index),
-                             "held_out": held_out_table(found[1] / HELD_OUT)})
+                             "steps": reflection_by_step(safe_file(found[1], GROUPS), phrases, self.index),
+                             "held_out": held_out_table(safe_file(found[1], HELD_OUT))})
 
     async def file(self, request: Request):
         """?run=ID&path=REL: a file inside the run's directory; anything outside it is refused (403)."""
@@ -132,8 +135,9 @@ class Api:
         return FileResponse(STATIC / "index.html")
 
 
-def make_app(registry: RunRegistry, playground: Playground) -> Starlette:
-    """The app: the page at /, its files under /static, the API under /api."""
+def make_app(registry: RunRegistry, playground: Playground, host: str = LOCALHOST) -> Starlette:
+    """The app: the page at /, its files under /static, the API under /api; `host` is the address it is
+    configured to bind (a Host naming it is answered, see guard.py)."""
     api = Api(registry, playground)
     routes = [
         Route("/", api.page), Route("/api/runs", api.runs), Route("/api/metrics", api.metrics),
@@ -152,7 +156,8 @@ def make_app(registry: RunRegistry, playground: Playground) -> Starlette:
         yield
         playground.close()  # a playground job never outlives the server
 
-    return Starlette(routes=routes, exception_handlers={Exception: _crash}, lifespan=lifespan)
+    return Starlette(routes=routes, exception_handlers={Exception: _crash}, lifespan=lifespan,
+                     middleware=[Middleware(Guard, bind_host=host)])
 
 
 class Server:
@@ -181,11 +186,11 @@ class Server:
 
 
 def build(runs: list[str], root: str, playground_dir: str | None, playground_model: str | None,
-          playground_steps: int, playground_time_s: float) -> Starlette:
+          playground_steps: int, playground_time_s: float, host: str = LOCALHOST) -> Starlette:
     """The app for run directories `runs` (empty: every run under `root`)."""
     registry = RunRegistry(runs, root)
     pg_dir = Path(playground_dir) if playground_dir else Path(root) / "playground"
     if playground_model is None and (Path(root) / "demo" / "sft" / "model" / "config.json").is_file():
         playground_model = str((Path(root) / "demo" / "sft" / "model").resolve())  # the demo's cold-started model
     return make_app(registry, Playground(pg_dir.resolve(), registry, playground_model, playground_steps,
-                                         playground_time_s))
+                                         playground_time_s), host)

@@ -30,6 +30,10 @@ CORRECT_AT = 1.0 - 1e-6
 UNDECIDED_NOTE = ("undecided comparisons (the verifier's None or NaN: time-outs, too_large, unjudged, data errors, "
                   "failed calls) count as not correct in accuracy, pass@k and maj@k")
 """The summary's `note`: how `undecided` entered the scores."""
+FORMAT_ASKED = "R1's format (<think> reasoning </think> <answer> answer </answer>)"
+"""What a prompt of a task that `asks_format` asks for, in `format_note`."""
+NOTES = ("format_note", "note")
+"""Summary lines shown after the results table, not in it."""
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -103,19 +107,48 @@ def _score(task: Task, verifier, rows: list[dict], texts: list[str], n: int) -> 
     return [None if math.isnan(v) else v >= CORRECT_AT for v in values[:, 0].tolist()], _counters(metrics)
 
 
+def _math_verifier(verifier):
+    """The MathReward inside a verifier (FormatGated, CutBeforeScoring unwrapped); None when it is not one."""
+    from .rewards import MathReward
+    inner = verifier
+    while not isinstance(inner, MathReward) and getattr(inner, "inner", None) is not None:
+        inner = inner.inner
+    return inner if isinstance(inner, MathReward) else None
+
+
 def _answer_reader(task: Task, verifier) -> Callable[[str], str | None] | None:
     """How maj@k reads a completion's answer (None: the task has no `extract`, so no maj@k): as the verifier reads
     it when that is the math verifier (its own last-number fallback or strictness, on the completion cut at the
     task's `stop`), else with `task.extract`."""
-    from .rewards import MathReward, extract_answer
+    from .rewards import extract_answer
     if task.extract is None:
         return None
-    inner = verifier
-    while not isinstance(inner, MathReward) and getattr(inner, "inner", None) is not None:
-        inner = inner.inner  # FormatGated, CutBeforeScoring
-    if isinstance(inner, MathReward):
+    inner = _math_verifier(verifier)
+    if inner is not None:
         return lambda text: extract_answer(task.cut(text), inner.last_number_fallback)
     return task.extract
+
+
+def _format_summary(task: Task, verifier, rows: list[dict], greedy: list[str], right: int) -> dict:
+    """Where the prompts asked for R1's format: the share of greedy answers in it (`format_frac`); where the verifier
+    then reads only explicit answers, the share whose final number matches the gold anyway (`final_number_accuracy`),
+    and when none is in the format but more final numbers match than the `right` answers accuracy counts, a
+    `format_note` that says so: a 0% alone reads as a model that cannot do the task. Example: 0 of 150 in the
+    format, 126 final numbers right -> "format share 0%: 126 of 150 final numbers match the gold; ..."."""
+    from .rewards import MathReward, format_reward
+    if not task.asks_format:
+        return {}
+    share = sum(v is True for v in _score(task, format_reward, rows, greedy, 1)[0]) / len(rows)
+    strict = _math_verifier(verifier)
+    if strict is None or strict.last_number_fallback:
+        return {"format_frac": share}
+    final = sum(v is True for v in _score(task, MathReward(strict.answer_column), rows, greedy, 1)[0])
+    out = {"format_frac": share, "final_number_accuracy": final / len(rows)}
+    if share == 0 and final > right:
+        out["format_note"] = (f"format share 0%: {final} of {len(rows)} final numbers match the gold; the prompts "
+                              f"asked for {FORMAT_ASKED}, and accuracy counts only the {right} right answers given "
+                              "explicitly (<answer>, \\boxed{}, '#### n')")
+    return out
 
 
 def _generate(model, tokenizer, rows, n, params, batch_size, seed, desc, progress):
@@ -163,7 +196,6 @@ def evaluate(model, tokenizer, task: Task, rows: list[dict], k: list[int] = (1,)
              batch_size: int = 256, seed: int = 0, progress: bool = False) -> tuple[dict, list[dict]]:
     """(summary metrics, per-problem records) for `rows` of `task`. An undecided verdict counts as not correct;
     the summary counts them (`undecided`, `samples/undecided`, `maj@k/undecided`, the verifier's `reward/*`)."""
-    from .rewards import format_reward
     from .rollout import SamplingParams
     from .stats import wilson
     if n_samples and max(k) > n_samples:
@@ -181,8 +213,7 @@ def evaluate(model, tokenizer, task: Task, rows: list[dict], k: list[int] = (1,)
         mine = [c for r, c in zip(rows, ok) if str(r.get("id", "")).startswith(f"{part}:")]
         if mine:
             summary[f"accuracy/{part}"] = sum(mine) / len(mine)
-    if task.asks_format:  # the share of answers in the format the prompt asked for
-        summary["format_frac"] = sum(v is True for v in _score(task, format_reward, rows, greedy, 1)[0]) / len(rows)
+    summary.update(_format_summary(task, verifier, rows, greedy, sum(ok)))  # where the prompts asked for a format
     summary.update({"len_mean": sum(glen) / len(glen), "num_problems": len(rows)})
     sent = [tokenizer.decode(encode_prompt(tokenizer, r["prompt"])) for r in rows]
     records = [{"id": r.get("id", i), "prompt": p, "answer": r.get("answer"), "greedy": g, "greedy_correct": c,
@@ -214,15 +245,16 @@ def make_eval_fn(task: Task, rows: list[dict], max_new_tokens: int | None = None
                             "greedy": r["greedy"][:ANSWER_CHARS], "correct": bool(r["greedy_correct"])}
                            for r in records[:HELD_OUT_SHOWN]]
         return {k: v for k, v in summary.items()
-                if k in ("accuracy", "undecided", "format_frac", "len_mean") or k.startswith("accuracy/")}
+                if k in ("accuracy", "undecided", "format_frac", "final_number_accuracy", "len_mean")
+                or k.startswith("accuracy/")}
     eval_fn.answers = []
     return eval_fn
 
 
 def to_markdown(summary: dict, title: str) -> str:
     """One table row; a value with an interval (`X` and `X_ci95`) is shown as `0.420 [0.328, 0.518]`; the
-    summary's `note` follows the table."""
-    keys = [k for k in summary if k not in ("seconds", "note") and not k.endswith("_ci95")]
+    summary's notes (`format_note`, `note`) follow the table."""
+    keys = [k for k in summary if k not in ("seconds", *NOTES) and not k.endswith("_ci95")]
 
     def cell(k):
         v, ci = summary[k], summary.get(f"{k}_ci95")
@@ -231,7 +263,7 @@ def to_markdown(summary: dict, title: str) -> str:
 
     head = "| " + " | ".join(keys) + " |\n|" + "---|" * len(keys) + "\n"
     cells = [cell(k) for k in keys]
-    note = f"\n{summary['note']}.\n" if summary.get("note") else ""
+    note = "".join(f"\n{summary[k]}.\n" for k in NOTES if summary.get(k))
     return f"### {title}\n\n{head}| " + " | ".join(cells) + " |\n" + note
 
 

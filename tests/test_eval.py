@@ -154,7 +154,7 @@ def test_evaluation_decodes_all_prompts_in_one_call_through_a_small_batch(tiny_d
 class _Chars:
     """A tokenizer stand-in for plain-string prompts: one id per character."""
 
-    def __call__(self, text):
+    def __call__(self, text, add_special_tokens=True):
         return {"input_ids": [ord(c) for c in text]}
 
     def decode(self, ids):
@@ -255,3 +255,54 @@ def test_eval_scores_a_base_model_completion_up_to_its_next_turn(monkeypatch):
     summary, records = evaluate(None, _Chars(), task, rows, k=[2], n_samples=2)
     assert summary["accuracy"] == 1.0 and summary["format_frac"] == 1.0 and summary["undecided"] == 0
     assert records[0]["samples_correct"] == 1 and records[0]["maj"][2] is True  # tie: the first answer, 18
+
+
+# ---- scoring follows what the prompt as sent asked for ----
+
+class _ChatChars(_Chars):
+    """_Chars with a chat template: chat prompts are sent as "user: ...\\nassistant:"."""
+
+    def apply_chat_template(self, messages, add_generation_prompt=True, tokenize=False):
+        return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant:"
+
+
+def _times_file(path, chat: bool):
+    """Three "What is a times b?" rows (golds 50, 84, 12), their prompts chat messages or plain strings."""
+    lines = []
+    for a, b in ((10, 5), (12, 7), (3, 4)):
+        q = f"What is {a} times {b}? Answer with just the number."
+        lines.append(json.dumps({"prompt": [{"role": "user", "content": q}] if chat else q, "answer": str(a * b)}))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_eval_of_chat_prompts_counts_the_final_number_they_asked_for(monkeypatch, tmp_path):
+    """task=jsonl:FILE with chat-message prompts: the default r1 template does not wrap them, so they ask for no
+    format and "10 * 5 = 50" for gold 50 is right (it scored 0% while 84% of the final numbers were right)."""
+    from aha.eval import evaluate
+    from aha.tasks import get_task
+    task = get_task(f"jsonl:{_times_file(tmp_path / 'chat.jsonl', chat=True)}")
+    _canned(monkeypatch, ["10 * 5 = 50", "12 times 7 is 84", "3 * 4 = 7"])
+    summary, records = evaluate(None, _ChatChars(), task, task.load("test"))
+    assert summary["accuracy"] == 2 / 3 and [r["greedy_correct"] for r in records] == [True, True, False]
+    assert "format_frac" not in summary and "format_note" not in summary  # no format was asked for
+    assert records[0]["prompt"] == "user: What is 10 times 5? Answer with just the number.\nassistant:"
+
+
+def test_eval_says_when_no_answer_is_in_the_asked_format_but_final_numbers_match(monkeypatch, tmp_path):
+    """String prompts that r1 wraps do ask for <answer>, so bare numbers are not answers (accuracy 0); the summary
+    says how many final numbers match the gold anyway, in a figure and a line after the table, not 0% alone."""
+    from aha.eval import evaluate, to_markdown
+    from aha.tasks import get_task
+    task = get_task(f"jsonl:{_times_file(tmp_path / 'str.jsonl', chat=False)}")
+    _canned(monkeypatch, ["10 * 5 = 50", "12 times 7 is 84", "3 * 4 = 7"])
+    summary, _ = evaluate(None, _ChatChars(), task, task.load("test"))
+    assert summary["accuracy"] == 0.0 and summary["format_frac"] == 0.0
+    assert summary["final_number_accuracy"] == 2 / 3
+    assert summary["format_note"].startswith("format share 0%: 2 of 3 final numbers match the gold; the prompts "
+                                             "asked for R1's format (<think>")
+    table = to_markdown(summary, "t")
+    assert f"\n{summary['format_note']}.\n" in table and "| format_note |" not in table
+    _canned(monkeypatch, ["<think>10*5</think> <answer>50</answer>", "no idea", "3 * 4 = 7"])
+    summary, _ = evaluate(None, _ChatChars(), task, task.load("test"))  # some answers in the format: no note
+    assert summary["accuracy"] == 1 / 3 and summary["format_frac"] == 1 / 3 and "format_note" not in summary

@@ -319,3 +319,41 @@ def test_jsonl_correctness_agrees_with_the_training_reward(tmp_path):
         assert correct(None, ["27 + 12 = 39"], answer=["39"]) == [expect], template
         assert trained(None, ["27 + 12 = 39"], answer=["39"]) == [expect], template
         assert task.asks_format == (template == "r1")
+
+
+def _chat_rows_file(path, golds=("50", "84")):
+    """A JSONL file whose prompts are chat messages, as an instruct model's evaluation set is written."""
+    questions = ["What is 10 times 5? Answer with just the number.", "What is 12 times 7? Answer with just the number."]
+    path.write_text("".join(json.dumps({"prompt": [{"role": "user", "content": q}], "answer": g}) + "\n"
+                            for q, g in zip(questions, golds)))
+    return path
+
+
+@needs_rewards
+@pytest.mark.parametrize("template", ["", "@r1", "@r1_base", "@boxed"])
+def test_jsonl_chat_prompts_ask_for_no_format_so_the_final_number_counts(tmp_path, template):
+    """No template wraps chat-message prompts, so they ask for no answer format: "10 * 5 = 50" is right for gold 50
+    in evaluation and in training (one reward, no format reward, no next-turn cut), whatever template the name
+    gives (r1 by default); a string prompt that r1 wraps still asks for <answer> and is read strictly."""
+    task = get_task(f"jsonl:{_chat_rows_file(tmp_path / 'chat.jsonl')}{template}")
+    rows = task.load("test")
+    assert rows[0]["prompt"] == [{"role": "user", "content": "What is 10 times 5? Answer with just the number."}]
+    replies = ["10 * 5 = 50", "12 times 7 is 84."]
+    assert score(task.correct(), rows, replies) == [1.0, 1.0], template
+    assert [score(fn, rows, replies) for fn in task.rewards()] == [[1.0, 1.0]], template
+    assert task.reward_weights == [1.0] and not task.asks_format and task.stop == ()
+    (tmp_path / "str.jsonl").write_text(json.dumps({"prompt": "What is 10 times 5?", "answer": "50"}) + "\n")
+    strict = get_task(f"jsonl:{tmp_path / 'str.jsonl'}{template}")
+    assert score(strict.correct(), strict.load("test"), ["10 * 5 = 50"]) == [0.0] and strict.asks_format == (
+        template in ("", "@r1", "@r1_base"))
+
+
+def test_jsonl_mixing_chat_and_string_prompts_under_a_format_template_is_a_data_error(tmp_path):
+    """r1 wraps the string prompts (asks for <answer>) but not the chat ones (asks for nothing): no one verifier
+    scores both right, so the task says so; under a plain template both ask for nothing."""
+    path = tmp_path / "mixed.jsonl"
+    path.write_text(json.dumps({"prompt": "What is 2+3?", "answer": "5"}) + "\n"
+                    + json.dumps({"prompt": [{"role": "user", "content": "1+1?"}], "answer": "2"}) + "\n")
+    with pytest.raises(ValueError, match="some prompts are chat messages.*and some are strings.*'r1'"):
+        get_task(f"jsonl:{path}")
+    assert len(get_task(f"jsonl:{path}@plain").load("train")) == 2

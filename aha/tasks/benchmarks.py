@@ -246,8 +246,50 @@ JSONL_REWARDS = {"math": (lambda tpl: _math_rewards(tpl, strict=tpl.style != "pl
                           lambda tpl: _math_correct(tpl.style != "plain")),
                  "code": (lambda tpl: [_code_reward("fraction")], lambda tpl: _code_reward())}
 """`reward=` of a jsonl task -> (training rewards, correctness verifier), each for a template. Math answers are
-read strictly (`<answer>`, `\\boxed{}`, `#### n`) when the template asks for that format; a plain template asks
-for none, so its final number counts ("27 + 12 = 39" -> 39), in training and in evaluation alike."""
+read strictly (`<answer>`, `\\boxed{}`, `#### n`) when the prompts as sent ask for that format; a plain template
+asks for none, nor do chat-message prompts, which no template wraps (`asked_template`), so there the final number
+counts ("27 + 12 = 39" -> 39), in training and in evaluation alike."""
+
+
+NO_FORMAT = TEMPLATES["plain"]
+"""What a prompt that no template wrapped asks for (chat messages a jsonl task sends as they are): no answer format,
+so the reply's final number counts, as in the plain templates."""
+
+
+def wraps(prompt) -> bool:
+    """Does a jsonl task's template wrap this prompt? A string: yes. Chat messages: no, they are sent as they are."""
+    return not is_conversational(prompt)
+
+
+def asked_template(template: PromptTemplate, prompts: list, where: str = "") -> PromptTemplate:
+    """The one place that decides what a jsonl task's prompts, as sent, ask for, and so how it scores their replies:
+    `template` when it wraps them (strings), NO_FORMAT when it wraps none (chat messages are sent as they are, so
+    the template's format is never asked for and the final number counts). Prompts it wraps only in part raise when
+    the template asks for a format (one verifier would be wrong for the others); no prompts: `template`.
+
+    >>> asked_template(get_template("r1"), [[{"role": "user", "content": "What is 12 times 7?"}]]) is NO_FORMAT
+    True
+    """
+    wrapped = {wraps(p) for p in prompts}
+    if wrapped == {False}:
+        return NO_FORMAT
+    if wrapped == {True, False} and template.style != NO_FORMAT.style:
+        raise ValueError(f"{where}: some prompts are chat messages, sent as they are, and some are strings, which the "
+                         f"template wraps and asks for the '{template.style}' answer format; one verifier cannot "
+                         "score both: give every row the same kind of prompt, or name a plain template (@plain)")
+    return template
+
+
+def _file_prompts(path: str | Path, prompt_column: str) -> list:
+    """The prompt column of a jsonl task's file(s) as they are now (each split's file where the path has `{split}`);
+    nothing from a file that cannot be read or a row without the column (loading them says why)."""
+    prompts = []
+    for file in sorted({str(path).replace("{split}", split) for split in ("train", "test")}):
+        try:
+            prompts += [r[prompt_column] for r in read_jsonl(file) if isinstance(r, dict) and prompt_column in r]
+        except (OSError, ValueError):
+            continue
+    return prompts
 
 
 def jsonl_rows(path: str | Path, prompt_column: str = "prompt", answer_column: str | None = "answer",
@@ -265,7 +307,7 @@ def jsonl_rows(path: str | Path, prompt_column: str = "prompt", answer_column: s
             if col is not None and col not in r:
                 raise ValueError(f"{path}: row {i} has no column '{col}'; columns: {sorted(r)}")
         p = r[prompt_column]
-        row = {"id": i, **r, "prompt": p if is_conversational(p) else tpl(p)}
+        row = {"id": i, **r, "prompt": tpl(p) if wraps(p) else p}
         if answer_column is not None:
             if r[answer_column] is None or not str(r[answer_column]).strip():
                 raise ValueError(f"{path}: row {i} has an empty gold answer in column '{answer_column}'")
@@ -280,10 +322,13 @@ def jsonl_task(path: str | Path, prompt_column: str = "prompt", answer_column: s
     a file per split (data/{split}.jsonl); without one, every split reads the same file.
     reward "math": the gold is in answer_column; "code": rows carry `tests` (and `entry_point` for
     HumanEval-style tests, and `code_prompt` when the prompt shows code: a body-only completion is completed with
-    it, a whole function gets its imports and helpers, and the tests call its helpers); answer_column is unused."""
+    it, a whole function gets its imports and helpers, and the tests call its helpers); answer_column is unused.
+    Rewards, correctness, format share and `stop` follow what the prompts ask for as sent (`asked_template`, read
+    from the file(s) now): a file of chat-message prompts, which the template does not wrap, asks for no format."""
     if reward not in JSONL_REWARDS:
         raise ValueError(f"unknown reward '{reward}'; valid: {sorted(JSONL_REWARDS)}")
     tpl = get_template(template)
+    asked = asked_template(tpl, _file_prompts(path, prompt_column), str(path))  # scoring follows it, not `tpl`
     train_rewards, correct = JSONL_REWARDS[reward]
     answer = answer_column if reward == "math" else None
 
@@ -291,10 +336,10 @@ def jsonl_task(path: str | Path, prompt_column: str = "prompt", answer_column: s
         check_split(name or f"jsonl:{path}", split, ("train", "test"))
         return subset(jsonl_rows(str(path).replace("{split}", split), prompt_column, answer, tpl), n, seed)
 
-    return Task(name=name or f"jsonl:{path}", load=load, rewards=lambda: train_rewards(tpl),
-                correct=lambda: correct(tpl), asks_format=tpl.style == "r1",
+    return Task(name=name or f"jsonl:{path}", load=load, rewards=lambda: train_rewards(asked),
+                correct=lambda: correct(asked), asks_format=asked.style == "r1",
                 extract=extract_math_answer if reward == "math" else None,
-                reward_weights=_weights(tpl) if reward == "math" else None,
+                reward_weights=_weights(asked) if reward == "math" else None, stop=asked.stop,
                 description=f"rows of {path}")
 
 

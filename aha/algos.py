@@ -52,7 +52,8 @@ class GroupStats(NamedTuple):
     valid: Tensor  # [B,G] finite rewards
     count: Tensor  # [B,1] valid rewards per group
     mean: Tensor   # [B,1] mean of the valid rewards
-    std: Tensor    # [B,1] unbiased (n-1) std of the valid rewards, as torch.std and TRL use
+    std: Tensor    # [B,1] unbiased (n-1) std of the valid rewards, as torch.std and TRL use; exactly 0 when equal
+    equal: Tensor  # [B,1] every valid reward of the group is the same value (no signal: advantage exactly 0)
 
 
 def group_stats(rewards: Tensor, group_size: int) -> GroupStats:
@@ -65,7 +66,12 @@ def group_stats(rewards: Tensor, group_size: int) -> GroupStats:
     mean = r.sum(-1, keepdim=True) / count.clamp(min=1)               # [B,1]
     sq = ((r - mean) ** 2 * valid).sum(-1, keepdim=True)              # [B,1]
     std = (sq / (count - 1).clamp(min=1)).sqrt()                      # [B,1]
-    return GroupStats(r, valid, count, mean, std)
+    # Equal values are compared, not their float std: [1.6]*8 has a float32 mean != 1.6, std 1.3e-7.
+    hi = torch.where(valid, r, torch.full_like(r, -torch.inf)).amax(-1, keepdim=True)  # [B,1]
+    lo = torch.where(valid, r, torch.full_like(r, torch.inf)).amin(-1, keepdim=True)   # [B,1]
+    equal = (hi == lo) | (count < 2)                                  # [B,1]
+    std = torch.where(equal, torch.zeros_like(std), std)              # [B,1]
+    return GroupStats(r, valid, count, mean, std, equal)
 
 
 @_register_adv("grpo")
@@ -113,15 +119,17 @@ def compute_advantages(name: str, rewards: Tensor, group_size: int,
                        eps: float = ADV_EPS) -> tuple[Tensor, dict[str, float]]:
     """Advantages [N] for rewards [N] (NaN = excluded) plus group metrics.
 
-    An excluded reward, and every member of a group with fewer than two valid rewards, gets advantage 0.
-    Example: "grpo", rewards [1, 0, 0, 1], G=4 -> mean 0.5, std 0.577 -> [0.866, -0.866, -0.866, 0.866].
+    An excluded reward, every member of a group with fewer than two valid rewards, and every member of a
+    group whose valid rewards are all equal gets advantage exactly 0, under every estimator.
+    Example: "grpo", rewards [1, 0, 0, 1], G=4 -> mean 0.5, std 0.577 -> [0.866, -0.866, -0.866, 0.866];
+    rewards [1.6] * 4 -> [0, 0, 0, 0] (float32 alone would give -0.0012 each).
     """
     estimator = get_advantage(name)
     g = group_stats(rewards, group_size)
-    keep = g.valid & (g.count >= 2)                                   # [B,G]
+    keep = g.valid & ~g.equal                                         # [B,G]
     adv = torch.where(keep, estimator(g, eps), torch.zeros_like(g.r)).reshape(-1)  # [N]
     metrics = {
-        "reward/zero_std_frac": (g.std.squeeze(-1) == 0).float().mean().item(),
+        "reward/zero_std_frac": g.equal.float().mean().item(),
         "reward/group_std_mean": g.std.mean().item(),
     }
     return adv, metrics

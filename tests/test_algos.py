@@ -99,6 +99,18 @@ def test_compute_advantages_metrics():
     assert adv.shape == (4,)
 
 
+@pytest.mark.parametrize("name", sorted(algos.ADVANTAGES))
+def test_a_group_of_equal_rewards_gets_exactly_zero_advantage(name):
+    # [1.6]*8 in float32: the mean is 1.6000001 (1.6 is not exact), so r - mean = -1.19e-7 and the unbiased std
+    # is 1.27e-7; (r - mean) / (std + 1e-4) = -0.0012 on every member, a push down on a solved group.
+    r = torch.tensor([1.6] * 8 + [1.0, 0.0] * 4)                       # [N=16], B=2, G=8
+    adv, m = algos.compute_advantages(name, r, 8)
+    assert torch.equal(adv[:8], torch.zeros(8))                       # exactly 0, not ~1e-3
+    assert adv[8:].abs().min() > 0.1                                  # the other group keeps its signal
+    assert m["reward/zero_std_frac"] == 0.5                           # the equal group is counted
+    assert algos.group_stats(r, 8).std[0, 0] == 0
+
+
 def test_unknown_names_list_the_valid_ones():
     with pytest.raises(ValueError, match=r"unknown advantage estimator 'grpoo'.*'dr_grpo'.*'rloo'"):
         algos.compute_advantages("grpoo", torch.zeros(4), 2)

@@ -1,16 +1,19 @@
 """Calling a set of reward functions on one batch: the [N, F] reward matrix the trainer weights and sums,
-plus metrics. A function that raises is excluded (NaN) and counted, never allowed to kill the run; a
-function that is misconfigured (wrong length, missing dataset column) stops it with a clear message."""
+plus metrics. A function that raises (SystemExit and KeyboardInterrupt included), times out or gives no usable
+value is excluded (NaN) and counted, never allowed to kill the run; a function that is misconfigured (a return
+that is not N values, a missing dataset column) stops it with a clear message. Each call gets its own copy of
+the inputs."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import inspect
 import logging
 import math
-import signal
 import threading
-from contextlib import contextmanager
 from typing import Any, Callable, Iterable
+
+from .deadline import RewardTimeout, call_bounded
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +47,7 @@ def needed_columns(fn: Callable) -> list[str]:
 
 
 def _missing_column(fn: Callable, column: str, columns: Iterable[str]) -> ValueError:
-    have = ", ".join(sorted(columns)) or "(no columns)"
+    have = ", ".join(sorted(columns)) or "no column but the prompt"
     return ValueError(f"reward function {reward_name(fn)} needs dataset column {column!r}; the dataset has: {have}")
 
 
@@ -91,80 +94,56 @@ def _as_float(v: Any) -> float:
     return x if math.isfinite(x) else math.nan
 
 
-class RewardTimeout(BaseException):
-    """A reward call ran past its wall-clock limit. A BaseException, like KeyboardInterrupt, so that a reward
-    function's own `except Exception` cannot swallow it."""
-
-
-WATCHDOG_SIGNAL = signal.SIGUSR2
-"""Sent to the main thread when a synchronous reward call runs past its limit (SIGALRM stays free for
-libraries such as math-verify, whose own time-outs use it)."""
 ASYNC_GRACE_S = 5.0
 """Extra wait for the async helper thread after its calls were cancelled at their limit."""
 
 
-@contextmanager
-def _deadline(seconds: float):
-    """Raise RewardTimeout in the main thread once `seconds` have passed: a timer thread signals it, and the
-    handler raises between two bytecodes, interrupting sleeps and lock waits too. A no-op off the main thread."""
-    if not math.isfinite(seconds) or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    state = {"done": False}
-
-    def on_signal(signum, frame):
-        if not state["done"]:
-            raise RewardTimeout()
-
-    previous = signal.signal(WATCHDOG_SIGNAL, on_signal)
-    timer = threading.Timer(seconds, signal.pthread_kill, (threading.main_thread().ident, WATCHDOG_SIGNAL))
-    timer.daemon = True
-    timer.start()
+def _call_caught(fn: Callable, kwargs: dict) -> Any:
+    """fn(**kwargs), or what it raised: a reward's SystemExit or KeyboardInterrupt is its failure, not an exit."""
     try:
-        yield
-    finally:
-        state["done"] = True
-        timer.cancel()
-        signal.signal(WATCHDOG_SIGNAL, previous)
+        return fn(**kwargs)
+    except BaseException as e:  # noqa: BLE001 - off the main thread no stop signal can land here
+        return e
 
 
-def _call_sync(fn: Callable, timeout_s: float, **kwargs: Any) -> Any:
+def _call_sync(fn: Callable, timeout_s: float, kwargs: dict) -> Any:
     """fn(**kwargs), or the exception it raised (RewardTimeout past `timeout_s`). On the main thread it runs
-    there (libraries with signal-based time-outs need it); on another thread it runs on a daemon thread that
-    is abandoned at the limit."""
-    if threading.current_thread() is threading.main_thread() or not math.isfinite(timeout_s):
-        try:
-            with _deadline(timeout_s):
-                return fn(**kwargs)
-        except (Exception, RewardTimeout) as e:  # noqa: BLE001 - any failure is excluded and counted
-            return e
+    there (libraries with signal-based time-outs need it), bounded by aha.rewards.deadline; on another thread
+    it runs on a daemon thread that is abandoned at the limit."""
+    if threading.current_thread() is threading.main_thread():
+        return call_bounded(fn, reward_name(fn), timeout_s, kwargs)
+    if not math.isfinite(timeout_s):
+        return _call_caught(fn, kwargs)
     box: list[Any] = [RewardTimeout()]
-
-    def run():
-        box[0] = _call_sync(fn, math.inf, **kwargs)
-
-    worker = threading.Thread(target=run, daemon=True, name="aha-reward-call")
+    worker = threading.Thread(target=lambda: box.__setitem__(0, _call_caught(fn, kwargs)), daemon=True,
+                              name="aha-reward-call")
     worker.start()
     worker.join(timeout_s)
     return box[0]
 
 
-def _start_async(fns: list[Callable], timeout_s: float, **kwargs: Any) -> Callable[[], list]:
-    """Start awaiting the async reward functions together on a daemon thread, each with `timeout_s`; returns a
-    function that waits for them (bounded) and gives their outcomes as _call_sync's. A coroutine that blocks
-    its event loop past the limit is abandoned with its thread."""
+def _start_async(calls: list[tuple[Callable, dict]], timeout_s: float) -> Callable[[], list]:
+    """Start awaiting the async reward functions together on a daemon thread, each on its own inputs and with
+    `timeout_s`; returns a function that waits for them (bounded) and gives their outcomes as _call_sync's.
+    A coroutine that blocks its event loop past the limit is abandoned with its thread."""
     limit = None if not math.isfinite(timeout_s) else timeout_s
 
-    async def one(fn):
+    async def caught(fn, kwargs):
         try:
-            return await asyncio.wait_for(fn(**kwargs), limit)
+            return await fn(**kwargs)
+        except (Exception, SystemExit, KeyboardInterrupt) as e:  # asyncio would end its whole loop on the last two
+            return e
+
+    async def one(fn, kwargs):
+        try:
+            return await asyncio.wait_for(caught(fn, kwargs), limit)
         except asyncio.TimeoutError:
             return RewardTimeout()
 
     async def gather() -> list:
-        return await asyncio.gather(*(one(fn) for fn in fns), return_exceptions=True)
+        return await asyncio.gather(*(one(fn, kwargs) for fn, kwargs in calls), return_exceptions=True)
 
-    box: list[Any] = [[RewardTimeout() for _ in fns]]
+    box: list[Any] = [[RewardTimeout() for _ in calls]]
     worker = threading.Thread(target=lambda: box.__setitem__(0, asyncio.run(gather())), daemon=True,
                               name="aha-async-rewards")
     worker.start()
@@ -176,44 +155,131 @@ def _start_async(fns: list[Callable], timeout_s: float, **kwargs: Any) -> Callab
     return outcomes
 
 
-def _values(fn: Callable, outcome: Any, n: int, columns: Iterable[str], kwargs: dict) -> list | None:
-    """The n values a call returned; None when it raised or timed out (logged once per function)."""
-    name = reward_name(fn)
-    if isinstance(outcome, KeyError) and outcome.args and outcome.args[0] not in kwargs:
-        raise _missing_column(fn, outcome.args[0], columns) from outcome
+SHARED_ARGUMENTS = {"trainer_state", "log_metric", "log_extra"}
+"""Arguments every reward call shares; all others are copied for each call."""
+
+
+_ATOMIC = (str, bytes, int, float, bool, type(None))
+
+
+def _copy(x: Any) -> Any:
+    """A deep copy of `x`; a flat list of numbers or strings (token ids, a plain-text batch) the fast way."""
+    if isinstance(x, _ATOMIC):
+        return x
+    if type(x) is list and all(isinstance(e, _ATOMIC) for e in x):
+        return x.copy()
+    return copy.deepcopy(x)
+
+
+def _own_inputs(kwargs: dict) -> dict:
+    """One call's inputs: a deep copy of each prompt, completion and column value (each on its own, so that the G
+    completions of a group do not share one prompt either). A function that edits them in place changes
+    nothing that the next function, or the sampler's rows, see."""
+    return {k: v if k in SHARED_ARGUMENTS else [_copy(x) for x in v] if isinstance(v, list) else copy.deepcopy(v)
+            for k, v in kwargs.items()}
+
+
+class NoUsableValue(ValueError):
+    """A call gave no usable value at all (every one NaN, inf or not a number): a failure, like a raise."""
+
+
+def _failed(name: str, outcome: BaseException) -> None:
+    """Log a failed call, once per function and kind."""
     if isinstance(outcome, RewardTimeout):
         if _first_time(name + "/timeout"):
             logger.error("reward function %s ran past its time limit (reward_timeout); its rewards are excluded", name)
-        return None
+    elif isinstance(outcome, NoUsableValue):
+        if _first_time(name + "/unusable"):
+            logger.error("%s; its rewards are NaN for this batch", outcome)
+    elif _first_time(name):  # SystemExit and KeyboardInterrupt too: a reward's exit is its failure, not the run's
+        logger.error("reward function %s raised; its rewards are NaN for this batch", name,
+                     exc_info=(type(outcome), outcome, outcome.__traceback__))
+
+
+def _is_nested(v: Any) -> bool:
+    """A sequence or array where TRL expects one number (a 0-d array or a numpy scalar is a number)."""
+    return isinstance(v, (list, tuple, dict, set)) or bool(getattr(v, "shape", ()))
+
+
+def _bad_shape(outcome: Any, values: list, n: int) -> str | None:
+    """What is wrong with the shape of a returned sequence, or None: TRL makes a 1-D tensor of n values and stops
+    on anything else (a 2-D array, a list of lists, a wrong length)."""
+    shape = getattr(outcome, "shape", None)
+    if shape is not None and len(shape) != 1:
+        return f"{type(outcome).__name__} of shape {tuple(int(d) for d in shape)}"
+    nested = [i for i, v in enumerate(values) if _is_nested(v)]
+    if nested and len(nested) == len(values) and len({len(v) for v in values}) == 1:
+        return f"a list of shape ({len(values)}, {len(values[0])})"
+    if nested:
+        return f"a list whose value {nested[0]} is a {type(values[nested[0]]).__name__} ({values[nested[0]]!r:.40})"
+    return None if len(values) == n else f"{len(values)} values"
+
+
+def _values(fn: Callable, outcome: Any, n: int, columns: Iterable[str], kwargs: dict) -> list | None:
+    """The n values a call returned; None when it raised or timed out (logged once per function). A return
+    that is not n values (a mistake in the function, not in one completion) raises, naming what it was."""
+    name = reward_name(fn)
+    if isinstance(outcome, KeyError) and outcome.args and outcome.args[0] not in kwargs:
+        raise _missing_column(fn, outcome.args[0], columns) from outcome
     if isinstance(outcome, BaseException):
-        if not isinstance(outcome, Exception):
-            raise outcome  # KeyboardInterrupt, SystemExit: not ours to swallow
-        if _first_time(name):
-            logger.error("reward function %s raised; its rewards are NaN for this batch", name,
-                         exc_info=(type(outcome), outcome, outcome.__traceback__))
+        _failed(name, outcome)
         return None
     if outcome is None or isinstance(outcome, (str, bytes, dict)) or not hasattr(outcome, "__len__"):
         raise ValueError(f"reward function {name} returned {type(outcome).__name__} {outcome!r:.40}; "
                          f"expected a list of {n} values (one per completion, None where not applicable)")
-    values = list(outcome)
-    if len(values) != n:
-        raise ValueError(f"reward function {name} returned {len(values)} values, expected {n}")
+    shape = getattr(outcome, "shape", None)
+    values = list(outcome) if shape is None or len(shape) == 1 else []  # a 0-d array is not iterable
+    bad = _bad_shape(outcome, values, n)
+    if bad is not None:
+        raise ValueError(f"reward function {name} returned {bad}, expected {n} values (one number per "
+                         "completion, None where not applicable)")
     return values
+
+
+def _column(name: str, values: list) -> tuple[list[float], BaseException | None, int]:
+    """One function's values as floats (NaN where unusable), the failure when none is usable although some were
+    given (all None is "not applicable", no failure), and the count of values that are NaN, inf or not numbers."""
+    floats = [_as_float(v) for v in values]
+    bad = [v for v, x in zip(values, floats) if v is not None and math.isnan(x)]  # NaN, inf, not a number
+    if bad and all(math.isnan(x) for x in floats):
+        return floats, NoUsableValue(f"reward function {name} gave no usable value: all {len(values)} values were "
+                                     f"unusable ({len(bad)} NaN, inf or not a number, first {bad[0]!r}; "
+                                     f"{len(values) - len(bad)} None)"), len(bad)
+    if bad and _first_time(name + "/nan"):
+        logger.error("reward function %s returned %d non-finite or non-numeric value(s) (first: %r); "
+                     "they are excluded like None", name, len(bad), bad[0])
+    return floats, None, len(bad)
+
+
+def _call_all(reward_funcs: list[Callable], kwargs: dict, timeout_s: float) -> list[Any]:
+    """Each function's outcome (its return value or what it raised), each called on its own copy of the inputs:
+    async ones awaited together on a helper thread while the sync ones run one after another here."""
+    async_idx = [i for i, fn in enumerate(reward_funcs) if _is_async(fn)]
+    outcomes: list[Any] = [None] * len(reward_funcs)
+    async_outcomes = _start_async([(reward_funcs[i], _own_inputs(kwargs)) for i in async_idx], timeout_s) \
+        if async_idx else None
+    for i, fn in enumerate(reward_funcs):
+        if i not in async_idx:
+            outcomes[i] = _call_sync(fn, timeout_s, _own_inputs(kwargs))
+    for i, value in zip(async_idx, async_outcomes() if async_outcomes else []):
+        outcomes[i] = value
+    return outcomes
 
 
 def score_completions(reward_funcs: list[Callable], prompts: list, completions: list, columns: dict[str, list],
                       completion_ids: list | None = None, trainer_state: Any = None,
                       timeout_s: float = math.inf) -> tuple[Any, dict[str, float]]:
     """Rewards [N, F] (float32, NaN where a value is None, non-finite, or its function raised or timed out) and
-    metrics: `reward/errors` (calls that raised), `reward/call_timeouts` (calls cut at `timeout_s`),
-    `reward/<name>/failed` (1.0 when that function's call raised or timed out),
-    `reward/nan` (returned values that are NaN, inf or not numbers; None is "not applicable" and not counted),
-    `reward/<name>/none_frac` (share of NaN in the column), and each function's `pop_metrics()` as
-    `reward/<key>`, summed over functions.
+    metrics: `reward/errors` (calls that raised, exited, or gave values none of which is usable),
+    `reward/call_timeouts` (calls cut at `timeout_s`), `reward/<name>/failed` (1.0 when that function's call
+    counted in one of those two), `reward/nan` (returned values that are NaN, inf or not numbers; None is "not
+    applicable" and not counted), `reward/<name>/none_frac` (share of NaN in the column), and each function's
+    `pop_metrics()` as `reward/<key>`, summed over functions.
 
     Async functions are awaited together on a helper thread while the sync ones run one after another on the
     calling thread: verifiers parallelise their own batches, and libraries such as math-verify use signal-based
-    time-outs that only work on the main thread. Every call gets `timeout_s` of wall clock."""
+    time-outs that only work on the main thread. Every call gets `timeout_s` of wall clock and its own deep copy
+    of the prompts, completions and columns."""
     import torch  # here, so that the verifiers themselves import without torch
 
     n = len(completions)
@@ -225,32 +291,24 @@ def score_completions(reward_funcs: list[Callable], prompts: list, completions: 
     logged: dict[str, list[float]] = {}
     kwargs["log_metric"] = lambda name, value: logged.setdefault(str(name), []).append(float(value))
     kwargs["log_extra"] = _no_log_extra
-    async_idx = [i for i, fn in enumerate(reward_funcs) if _is_async(fn)]
-    outcomes: list[Any] = [None] * len(reward_funcs)
-    async_outcomes = _start_async([reward_funcs[i] for i in async_idx], timeout_s, **kwargs) if async_idx else None
-    for i, fn in enumerate(reward_funcs):
-        if i not in async_idx:
-            outcomes[i] = _call_sync(fn, timeout_s, **kwargs)
-    for i, value in zip(async_idx, async_outcomes() if async_outcomes else []):
-        outcomes[i] = value
+    outcomes = _call_all(reward_funcs, kwargs, timeout_s)
 
     rewards = torch.full((n, len(reward_funcs)), math.nan, dtype=torch.float32)  # [N, F]
     metrics: dict[str, float] = {"reward/errors": 0.0, "reward/call_timeouts": 0.0, "reward/nan": 0.0}
     for j, (fn, outcome) in enumerate(zip(reward_funcs, outcomes)):
         name = reward_name(fn)
         values = _values(fn, outcome, n, columns, kwargs)
-        metrics[f"reward/{name}/failed"] = float(values is None)
-        if values is None:
+        if values is not None:
+            floats, outcome, bad = _column(name, values)
+            rewards[:, j] = torch.tensor(floats, dtype=torch.float32)
+            metrics["reward/nan"] += bad
+        failed = isinstance(outcome, BaseException)
+        metrics[f"reward/{name}/failed"] = float(failed)
+        if failed:
             _LAST_FAILURE[name] = outcome
             metrics["reward/call_timeouts" if isinstance(outcome, RewardTimeout) else "reward/errors"] += 1
-        else:
-            floats = [_as_float(v) for v in values]
-            rewards[:, j] = torch.tensor(floats, dtype=torch.float32)
-            bad = [v for v, x in zip(values, floats) if v is not None and math.isnan(x)]  # NaN, inf, not a number
-            metrics["reward/nan"] += len(bad)
-            if bad and _first_time(name + "/nan"):
-                logger.error("reward function %s returned %d non-finite or non-numeric value(s) (first: %r); "
-                             "they are excluded like None", name, len(bad), bad[0])
+            if isinstance(outcome, NoUsableValue):
+                _failed(name, outcome)
         metrics[f"reward/{name}/none_frac"] = _none_frac(rewards[:, j])
         pop = getattr(fn, "pop_metrics", None)
         if callable(pop):
@@ -277,7 +335,8 @@ def score_groups(reward_funcs: list[Callable], rows: list[dict], texts: list[str
     prompts = [r["prompt"] for r in rows for _ in range(n)]
     completions = [[{"role": "assistant", "content": t}] for t in texts] if is_conversational(rows[0]["prompt"]) \
         else list(texts)
-    columns = {k: [r.get(k) for r in rows for _ in range(n)] for k in rows[0] if k != "prompt"}
+    keys = dict.fromkeys(k for r in rows for k in r if k != "prompt")  # every row's: rows[0] may lack one
+    columns = {k: [r.get(k) for r in rows for _ in range(n)] for k in keys}
     rewards, metrics = score_completions(reward_funcs, prompts, completions, columns, completion_ids=completion_ids,
                                          trainer_state=trainer_state, timeout_s=timeout_s)  # [N, F]
     return rewards, {**metrics, **column_metrics(reward_funcs, rewards)}

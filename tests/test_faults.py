@@ -597,9 +597,141 @@ def test_resuming_with_another_model_names_it_and_keeps_the_run_config(tiny_dir,
     config = (run / "config.yaml").read_text()
     other = make_tiny(tmp_path / "other", task_corpus(make_addition("train", 50, seed=0)), size="small", seed=0)
     t = GRPOTrainer(model=str(other), reward_funcs=[digit_share], train_dataset=PROMPTS,
-                    args=grpo_args(run, max_steps=2, save_steps=1, resume=True, learning_rate=0.5))
+                    args=grpo_args(run, max_steps=2, save_steps=1, resume=True))
     before = params(t.model)
     with pytest.raises(ValueError, match=r"checkpoint .*checkpoint-1 is of another model: .*\(the model's: "):
         t.train()
     assert (run / "config.yaml").read_text() == config  # the run's own config, not the one that failed
     assert all(torch.equal(before[n], p) for n, p in params(t.model).items())  # nothing half-copied
+
+
+# ------------------------------------------------------------------ the run directory: ownership, inputs, lock
+def test_overwrite_deletes_only_what_a_run_wrote_and_never_an_input(tiny_dir, tmp_path):
+    from aha.train.rundir import RUN_MARKER, check_inputs
+    folder = tmp_path / "mine"  # the user's own folder: their config and their model, no aha run
+    shutil.copytree(tiny_dir, folder / "model")
+    (folder / "model" / "NOTES.md").write_text("base weights, keep")
+    (folder / "config.yaml").write_text("learning_rate: 0.5\n")
+    before = sorted(p.relative_to(folder) for p in folder.rglob("*"))
+    t = GRPOTrainer(model=str(folder / "model"), reward_funcs=[digit_share], train_dataset=PROMPTS,
+                    args=grpo_args(folder, overwrite_output_dir=True))
+    with pytest.raises(ValueError, match=r"model .*mine/model lies inside output_dir .*mine, in model, which the run "
+                                         r"writes or deletes"):
+        t.train()
+    with pytest.raises(FileExistsError, match=r"output_dir .*mine holds config.yaml, model, which no aha run is known "
+                                              rf"to have written \(no {RUN_MARKER}\): aha neither deletes"):
+        grpo(tiny_dir, folder, overwrite_output_dir=True).train()  # the model elsewhere: still not aha's to delete
+    assert sorted(p.relative_to(folder) for p in folder.rglob("*")) == before
+    assert (folder / "model" / "NOTES.md").read_text() == "base weights, keep"
+    (folder / "metrics.jsonl").write_text("{}\n")  # a dataset named like a run's log: appended to, or deleted
+    with pytest.raises(ValueError, match=r"dataset .*metrics.jsonl lies inside output_dir .*, in metrics.jsonl"):
+        check_inputs(folder, [("model", "smollm2-135m-instruct"), ("dataset", folder / "metrics.jsonl")])
+    (folder / "data").mkdir()
+    (folder / "data" / "train.jsonl").write_text("{}\n")
+    check_inputs(folder, [("dataset", folder / "data" / "train.jsonl")])  # nothing of the run's: it may stay
+
+
+def test_a_second_run_into_an_output_dir_in_use_is_refused_naming_the_holder(tiny_dir, tmp_path):
+    from aha.train.rundir import LOCK_FILE, OutputDirInUseError
+    run = tmp_path / "run"
+    grpo(tiny_dir, run, max_steps=1, save_steps=1).train()
+    first = grpo(tiny_dir, run, max_steps=3, save_steps=1, resume=True)
+    second = grpo(tiny_dir, run, max_steps=3, save_steps=1, resume=True)
+    real_step, refused = first.step, []
+
+    def step_while_another_starts():
+        if first.step_count == 1:  # the first resumed run is mid-way: a second one on the same folder
+            with pytest.raises(OutputDirInUseError, match=rf"output_dir {run} is in use by another aha run \(pid "
+                                                          rf"{os.getpid()} on .* since .*\); wait for it to end"):
+                second.train()
+            refused.append(second.step_count)
+        return real_step()
+
+    first.step = step_while_another_starts
+    first.train()
+    assert refused == [0] and logged_steps(run / "metrics.jsonl") == [1, 2, 3]  # one run's rows, once each
+    assert not (run / LOCK_FILE).exists()  # released at the end of train()
+    second.train()  # the folder is free again (nothing left to train: a warning, no error)
+
+
+def test_a_lock_left_by_a_killed_run_is_no_lock(tmp_path):
+    from aha.train.rundir import LOCK_FILE, OutputDirInUseError, lock_run_dir
+    run = tmp_path / "run"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from aha.train.rundir import lock_run_dir\n"
+                               "with lock_run_dir(Path(sys.argv[1])):\n    print('locked', flush=True)\n"
+                               "    time.sleep(600)\n", str(run)],
+        env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "locked\n"
+        with pytest.raises(OutputDirInUseError, match=rf"in use by another aha run \(pid {holder.pid} on "):
+            with lock_run_dir(run):
+                pass
+    finally:
+        holder.kill()  # SIGKILL: no clean-up runs, the lock file stays behind
+        holder.wait(timeout=SUBPROCESS_TIMEOUT_S)
+    assert (run / LOCK_FILE).exists()
+    with lock_run_dir(run):  # the kernel released the dead process's lock
+        assert str(os.getpid()) in (run / LOCK_FILE).read_text()
+    assert not (run / LOCK_FILE).exists()
+
+
+# ------------------------------------------------------------------ resume: settings and length
+def test_resume_refuses_settings_it_cannot_honour_and_honours_the_rest(tiny_dir, tmp_path):
+    import yaml
+
+    from aha.config import ConfigError, parse_args
+    run = tmp_path / "run"
+    grpo(tiny_dir, run, max_steps=1, save_steps=1).train()
+    config = (run / "config.yaml").read_text()
+    t = grpo(tiny_dir, run, max_steps=2, resume=True, learning_rate=0.5, num_generations=2, weight_decay=0.1)
+    before = params(t.model)
+    with pytest.raises(ConfigError, match=r"cannot resume .*run with other settings than its own \(.*checkpoint-1/"
+                                          r"trainer_state.json\): learning_rate: 0.01 -> 0.5; weight_decay: 0.0 -> "
+                                          r"0.1; num_generations: 4 -> 2\. A resume may change how long"):
+        t.train()
+    assert (run / "config.yaml").read_text() == config and t.step_count == 0  # nothing written, nothing restored
+    assert_same(before, params(t.model))
+    own = parse_args(GRPOConfig, [str(run / "config.yaml"), "resume=true", "max_steps=3", "save_total_limit=5",
+                                  "logging_steps=2"])  # the run's own settings, derived ones included
+    t = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], train_dataset=PROMPTS, args=own)
+    t.train()
+    assert t.step_count == 3 and logged_steps(run / "metrics.jsonl") == [1, 2, 3]  # logs every 2 steps, and the last
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    assert (saved["max_steps"], saved["logging_steps"], saved["learning_rate"]) == (3, 2, 0.01)  # honoured, recorded
+
+
+def test_resume_compares_what_the_user_set_not_what_aha_derives_from_it(tiny_dir, tmp_path, monkeypatch):
+    from aha.config.resume import config_record, resume_changes
+    monkeypatch.chdir(Path(tiny_dir).parent)
+    saved = config_record(GRPOConfig(model=tiny_dir, task="arithmetic", num_generations=4, reward_weights=[1.0, 0.5]))
+    same = GRPOConfig(model=f"./{Path(tiny_dir).name}", task="arithmetic", num_generations=4, reward_weights=[1.0, 0.5],
+                      resume=True, max_steps=7, output_dir=str(tmp_path / "moved"), report_to=["jsonl"])
+    assert resume_changes(saved, same) == []  # one path spelt two ways; a longer run, logged elsewhere
+    assert resume_changes(saved, GRPOConfig(num_generations=4, reward_weights=[1.0, 0.5])) == []  # model= in code
+    other = GRPOConfig(model=tiny_dir, task="gsm8k", num_generations=4, per_device_train_batch_size=4,
+                       reward_weights=[1.0], seed=1)
+    assert resume_changes(saved, other) == [  # generation_batch_size and reward_weights follow from these
+        "per_device_train_batch_size: 8 -> 4", "seed: 42 -> 1", "task: 'arithmetic' -> 'gsm8k'"]
+
+
+def test_resume_past_max_steps_says_so_and_changes_nothing(tiny_dir, tmp_path, caplog):
+    run = tmp_path / "run"
+    t = grpo(tiny_dir, run, max_steps=4, save_steps=2)
+    t.train()
+    t.save_model()
+
+    def files():
+        return {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in run.rglob("*") if p.is_file()}
+
+    before = files()
+    resumed = grpo(tiny_dir, run, max_steps=2, resume=True)
+    with pytest.raises(ValueError, match=rf"{run}/checkpoint-4 is at step 4, past max_steps=2: nothing to train, and "
+                                         r"nothing was changed\. To train on, resume with max_steps above 4") as e:
+        resumed.train()
+    assert type(e.value).__name__ == "NothingToTrainError"  # `aha train` exits 2 with the message
+    assert files() == before  # no config.yaml rewrite, no checkpoint, no model, no lock file left
+    with caplog.at_level(logging.WARNING, logger="aha.train"):
+        assert grpo(tiny_dir, run, max_steps=4, resume=True).train() == {}  # a finished run: nothing to do
+    assert any("already at max_steps=4: nothing to train" in r.getMessage() for r in caplog.records)
+    assert [p.name for p in list_checkpoints(run)] == ["checkpoint-2", "checkpoint-4"]

@@ -125,13 +125,15 @@ class TrainConfig:
     save_total_limit: int = 2
     """Keep at most this many checkpoints (oldest removed first)."""
     resume: bool = False
-    """Continue from the last complete checkpoint in output_dir."""
+    """Continue from the last complete checkpoint in output_dir, with the run's own settings: only how long it trains
+    and how it logs, evaluates and saves may change (aha.config.resume.RESUMABLE); any other difference is refused."""
     push_to_hub: bool = False
     """After training, upload the saved model to the Hub repository hub_model_id (huggingface_hub; needs a token)."""
     hub_model_id: Optional[str] = None
     """Hub repository for push_to_hub, e.g. user/model (default: the output_dir's name under your account)."""
     overwrite_output_dir: bool = False
-    """Remove an earlier run's files from output_dir first (without it, a non-empty output_dir is refused)."""
+    """Remove an earlier run's files from output_dir first, only where its marker (.aha-run.json) shows an aha run
+    wrote them; nothing else there, and never an input (without it, an output_dir with a run's files is refused)."""
     progress_bar: bool = True
     """Show a terminal progress bar."""
     threads: int = 0

@@ -58,10 +58,11 @@ def set_rng_state(state: dict) -> None:
 
 
 def save_checkpoint(output_dir: str | Path, step: int, model, optimizer, scheduler,
-                    state: dict, keep: int = 2, tokenizer=None, reference=None) -> Path:
+                    state: dict, keep: int = 2, tokenizer=None, reference=None, config: dict | None = None) -> Path:
     """Write checkpoint-<step>: trainable weights, optimiser, scheduler, RNGs and `state`, (with a
     tokenizer) the model as `from_pretrained` loads it, or the LoRA adapter, as TRL's checkpoints hold, and
-    (with `reference`, a module) every parameter of the reference model as REFERENCE."""
+    (with `reference`, a module) every parameter of the reference model as REFERENCE. `config` (plain values:
+    the run's settings, which a resume is checked against) goes into the marker."""
     output_dir = Path(output_dir)
     final = output_dir / f"checkpoint-{step}"
     for stale in output_dir.glob(".checkpoint-*"):  # left by a save or delete that was killed
@@ -78,7 +79,7 @@ def save_checkpoint(output_dir: str | Path, step: int, model, optimizer, schedul
             model.save_pretrained(tmp, safe_serialization=True)
             tokenizer.save_pretrained(tmp)
         fsync_tree(tmp)  # every file on disk before the marker says the checkpoint is complete
-        (tmp / MARKER).write_text(json.dumps({"step": step}))
+        (tmp / MARKER).write_text(json.dumps({"step": step, **({"config": config} if config else {})}))
     for old in list_checkpoints(output_dir)[:-keep] if keep > 0 else []:
         remove_directory(old)
     return final
@@ -97,6 +98,20 @@ def list_checkpoints(output_dir: str | Path) -> list[Path]:
 def latest_checkpoint(output_dir: str | Path) -> Path | None:
     ckpts = list_checkpoints(output_dir)
     return ckpts[-1] if ckpts else None
+
+
+def checkpoint_info(path: str | Path) -> dict:
+    """The marker's contents: {"step": N} and, from an aha that stores it, {"config": the run's settings}."""
+    marker = Path(path) / MARKER
+    if not marker.is_file():
+        raise FileNotFoundError(f"{path} is not a complete checkpoint (no {MARKER})")
+    try:
+        info = json.loads(marker.read_text())
+    except (ValueError, UnicodeDecodeError) as e:
+        raise CorruptCheckpointError(f"cannot read checkpoint file {marker}: {e}") from e
+    if not isinstance(info, dict) or not isinstance(info.get("step"), int):
+        raise CorruptCheckpointError(f"checkpoint file {marker} has no step")
+    return info
 
 
 def _load(file: Path):

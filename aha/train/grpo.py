@@ -25,7 +25,7 @@ from torch import Tensor
 from .. import algos
 from ..behaviour import behaviour_metrics
 from ..config import GRPOConfig
-from ..data import check_row, encode_prompt, is_stream, load_rows
+from ..data import PromptTooLong, check_row, encode_prompt, has_columns, is_stream, load_rows
 from ..metrics import append_jsonl
 from ..models import context_length, setup_model
 from ..rewards import (check_columns, check_not_all_null, completion_text, get_reward, last_failure,
@@ -171,11 +171,15 @@ class GRPOTrainer(Trainer):
         return self._max_steps
 
     def _read_rows(self, train_dataset) -> dict[int, dict] | list[dict]:
-        """The training rows, checked against the reward functions' columns; a streaming dataset's arrive as
-        training reads them (StreamSampler), so none is kept now and only the first one is checked."""
+        """The training rows, checked against the reward functions' columns: every row has each column they read
+        (a row without one would only be counted in `reward/data_errors`). A streaming dataset's rows arrive as
+        training reads them (StreamSampler): none is kept now, the first is checked now, each one as it is read."""
+        from ..rewards.scoring import needed_columns
+        required = tuple(dict.fromkeys(c for f in self.reward_funcs for c in needed_columns(f)))
         if not self.streaming:
             rows = load_rows(train_dataset, self.args.prompt_column)
             check_columns(self.reward_funcs, {k: None for k in rows[0]})
+            rows = [has_columns(r, i, required) for i, r in enumerate(rows)]
             check_not_all_null(self.reward_funcs, rows)
             return rows
         if iter(train_dataset) is train_dataset:
@@ -203,18 +207,29 @@ class GRPOTrainer(Trainer):
         return [self._encode(i, r) for i, r in enumerate(self.rows)]
 
     def _encode(self, i: int, row: dict) -> list[int]:
-        """Prompt token ids of dataset row i; an empty prompt or one too long for the context is an error."""
-        ids, ctx = encode_prompt(self.tokenizer, row["prompt"]), context_length(self.model)
+        """Prompt token ids of dataset row i. An empty prompt, one too long for the context (refused untokenized
+        when its length in characters proves it: aha.data.length) or text the tokenizer cannot take is an error."""
+        ctx, m = context_length(self.model), self.args.max_completion_length
+        too_long = f"with max_completion_length {m} it exceeds the model's context of {ctx}"
+        try:
+            ids = encode_prompt(self.tokenizer, row["prompt"], max_tokens=ctx - m if ctx else None)
+        except PromptTooLong as e:
+            raise ValueError(f"prompt {i} has {e}; {too_long}") from None
+        except TypeError as e:  # e.g. "TextEncodeInput must be Union[...]"
+            raise ValueError(f"dataset row {i}: the tokenizer cannot take column '{self.args.prompt_column}' "
+                             f"({type(e).__name__}: {e})") from e
         if len(ids) == 0:
             raise ValueError(f"dataset row {i}: the prompt is empty")
-        if ctx and len(ids) + self.args.max_completion_length > ctx:
-            raise ValueError(f"prompt {i} has {len(ids)} tokens; with max_completion_length "
-                             f"{self.args.max_completion_length} it exceeds the model's context of {ctx}")
+        if ctx and len(ids) + m > ctx:
+            raise ValueError(f"prompt {i} has {len(ids)} tokens; {too_long}")
         return ids
 
     def _admit(self, i: int, row) -> None:
-        """A row read from a streaming dataset: checked, encoded, kept until its step is done."""
-        self.rows[i] = check_row(row, i, self.args.prompt_column)
+        """A row read from a streaming dataset: checked (the reward functions' columns too), encoded, kept until
+        its step is done."""
+        from ..rewards.scoring import needed_columns
+        required = tuple(dict.fromkeys(c for f in self.reward_funcs for c in needed_columns(f)))
+        self.rows[i] = check_row(row, i, self.args.prompt_column, required)
         self.prompt_ids[i] = self._encode(i, self.rows[i])
 
     # ------------------------------------------------------------------ the step
@@ -415,12 +430,15 @@ class GRPOTrainer(Trainer):
 
     def _check_failures(self, metrics: dict[str, float]) -> None:
         """A reward function that fails step after step is a bug, not noise: stop instead of training on nothing."""
+        from ..rewards.scoring import NoUsableValue
         for name in self.fail_streak:
             self.fail_streak[name] = self.fail_streak[name] + 1 if metrics[f"reward/{name}/failed"] else 0
             if self.args.reward_fail_steps and self.fail_streak[name] >= self.args.reward_fail_steps:
-                raise RuntimeError(f"reward function {name} raised or timed out on {self.fail_streak[name]} "
-                                   f"consecutive steps (last: {last_failure(name)!r}); fix it, or set "
-                                   "reward_fail_steps=0 to train on without it") from last_failure(name)
+                last = last_failure(name)  # an exit (SystemExit, KeyboardInterrupt) from a reward counts as a raise
+                what = "gave no usable value" if isinstance(last, NoUsableValue) else "raised or timed out"
+                raise RuntimeError(f"reward function {name} {what} on {self.fail_streak[name]} consecutive steps "
+                                   f"(last: {last!r}); fix it, or set reward_fail_steps=0 to train on without it"
+                                   ) from last
 
     def _combine(self, rpf: Tensor) -> Tensor:
         """Weighted sum over functions, NaN ignored; NaN only when no function gave a value."""

@@ -6,13 +6,12 @@ from __future__ import annotations
 import abc
 import contextlib
 import dataclasses
-import errno
 import logging
 import math
 import os
 import random
-import re
 import signal
+import sys
 import threading
 from pathlib import Path
 from typing import Callable
@@ -21,11 +20,13 @@ import numpy as np
 import torch
 
 from ..config import TrainConfig, save_config
+from ..config.resume import check_resume, config_record, read_saved_config
 from ..metrics import append_jsonl, keep_steps_through, make_logger
-from ..fileio import DiskFullError, remove_directory
 from ..models import interpolate_weights, save_model, weight_snapshot
 from .callbacks import Callbacks
-from .checkpoint import REFERENCE, CorruptCheckpointError, list_checkpoints, load_checkpoint, save_checkpoint
+from .checkpoint import (MARKER, REFERENCE, CorruptCheckpointError, checkpoint_info, list_checkpoints, load_checkpoint,
+                         save_checkpoint)
+from .rundir import check_fresh, check_inputs, check_writable, lock_run_dir, mark_run
 
 log = logging.getLogger("aha.train")
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -34,8 +35,6 @@ SIGNAL_EXIT_BASE = 128
 """Shell convention: a process ended by signal N exits with 128 + N (SIGINT 130, SIGTERM 143)."""
 STDERR_FD = 2
 """Where the signal handler writes its one-line note."""
-WRITE_PROBE = ".aha-write-probe"
-"""Written and removed at set-up to prove output_dir is writable before any model is loaded."""
 
 
 class Preempted(SystemExit):
@@ -49,43 +48,12 @@ class Preempted(SystemExit):
         return self.message
 
 
-def check_writable(run_dir: Path) -> None:
-    """Create `run_dir` and write a probe file there, so an unwritable or full disk fails now."""
-    probe = run_dir / WRITE_PROBE
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as e:
-        if e.errno == errno.ENOSPC:
-            raise DiskFullError(probe) from e
-        raise PermissionError(f"output_dir {run_dir} is not writable: {e.strerror or e}") from e
-
-
-RUN_FILES = ("config.yaml", "metrics.jsonl", "completions.jsonl", "groups.jsonl", "held_out.jsonl", "tensorboard",
-             "model")
-"""What a run writes into output_dir (besides checkpoint-N): their presence means an earlier run is there."""
 HELD_OUT_LOG = "held_out.jsonl"
 """The greedy answers to the same few held-out problems at every evaluation (when the eval hook keeps them)."""
-CHECKPOINT_NAME = re.compile(r"^\.?checkpoint-\d+(\.tmp|\.old)?$")
 
 
-def check_fresh(run_dir: Path, overwrite: bool) -> None:
-    """Refuse an output_dir that holds an earlier run, whose logs a new run would otherwise append to;
-    with `overwrite`, remove that run's files first (nothing else in the directory is touched)."""
-    old = sorted(p for p in run_dir.iterdir() if p.name in RUN_FILES or CHECKPOINT_NAME.match(p.name)) \
-        if run_dir.is_dir() else []
-    if not old:
-        return
-    if not overwrite:
-        names = ", ".join(p.name for p in old[:4]) + (", ..." if len(old) > 4 else "")
-        raise FileExistsError(f"output_dir {run_dir} holds an earlier run ({names}): set resume=true to continue "
-                              "it, overwrite_output_dir=true to replace it, or choose another output_dir")
-    for p in old:
-        if p.is_dir():
-            remove_directory(p)
-        else:
-            p.unlink()
+class NothingToTrainError(ValueError):
+    """A resume found the run already past max_steps: nothing was trained and no file was changed."""
 
 
 def seed_everything(seed: int) -> None:
@@ -175,13 +143,26 @@ class PromptSampler:
         return out
 
     def state(self) -> dict:
-        return {"epoch": self.epoch, "index": self.index}
+        return {"epoch": self.epoch, "index": self.index, "n": self.n}
 
     def restored(self, state: dict) -> "PromptSampler":
-        """The sampler at a checkpoint's position."""
-        return PromptSampler(self.n, self.seed, shuffle=self.shuffle, **state)
+        """The sampler at a checkpoint's position. A dataset of another size than the checkpoint's is refused here,
+        at resume, not steps later: its permutations differ, and a position past its end cannot be taken from.
+        (A checkpoint written before `n` was kept is checked on its position only.)"""
+        epoch, index, n = state.get("epoch"), state.get("index"), state.get("n", self.n)
+        if not all(isinstance(v, int) and v >= 0 for v in (epoch, index, n)):
+            raise ValueError(f"the checkpoint's sampler state {state!r} is not (epoch, index, n) counts")
+        if n != self.n:
+            raise ValueError(f"the checkpoint was written with a dataset of {n} rows and this one has {self.n}: the "
+                             "dataset changed since the checkpoint, so resuming would not draw the rows it would "
+                             "have; restore that dataset, or start a new run (another output_dir, or resume=false)")
+        if index > self.n:
+            raise ValueError(f"the checkpoint's sampler position (epoch {epoch}, row {index}) is past this dataset's "
+                             f"{self.n} rows: the dataset changed since the checkpoint (was it shrunk?)")
+        return PromptSampler(self.n, self.seed, epoch, index, shuffle=self.shuffle)
 
 
+_END = object()  # what next() gives at the end of a stream
 SHUFFLE_BUFFER = 1000
 """Rows a streaming dataset shuffles among (datasets.IterableDataset.shuffle's buffer_size)."""
 
@@ -202,8 +183,11 @@ class StreamSampler:
         if self.shuffle and hasattr(stream, "shuffle"):
             stream = stream.shuffle(seed=self.seed + self.epoch, buffer_size=SHUFFLE_BUFFER)
         rows = iter(stream)
-        for _ in range(skip):  # resuming: the same order, so skipping re-reads what was trained on
-            next(rows)
+        for read in range(skip):  # resuming: the same order, so skipping re-reads what was trained on
+            if next(rows, _END) is _END:
+                raise ValueError(f"the checkpoint's stream position (epoch {self.epoch}, row {skip}) is past the end "
+                                 f"of this streaming dataset, which has {read} rows: the dataset changed since the "
+                                 "checkpoint (was it shrunk?)")
         return rows
 
     def take(self, k: int) -> list[int]:
@@ -285,7 +269,8 @@ class Trainer(abc.ABC):
         """
         previous = self._install_signal_handlers()
         try:
-            return self._train(resume_from_checkpoint)
+            with lock_run_dir(self.run_dir):  # one run at a time in output_dir, until train() returns or raises
+                return self._train(resume_from_checkpoint)
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
@@ -321,8 +306,10 @@ class Trainer(abc.ABC):
             raise ValueError("weight_interpolation needs full fine-tuning, not a LoRA (peft) model")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         resume = resume_from_checkpoint if resume_from_checkpoint is not None else a.resume
+        check_inputs(self.run_dir, self._inputs())
         if not resume:
             check_fresh(self.run_dir, a.overwrite_output_dir)
+            mark_run(self.run_dir)
         if a.weight_interpolation != 1:  # before a resume loads later weights
             self.start_weights = weight_snapshot(self.model)
         if resume:
@@ -444,7 +431,7 @@ class Trainer(abc.ABC):
     def save_checkpoint(self) -> Path:
         path = save_checkpoint(self.run_dir, self.step_count, self.model, self.optimizer, self.scheduler,
                                self._state(), self.args.save_total_limit, tokenizer=self.tokenizer,
-                               reference=self._moving_reference())
+                               reference=self._moving_reference(), config=config_record(self.args))
         self.saved_step = self.step_count
         return path
 
@@ -463,7 +450,38 @@ class Trainer(abc.ABC):
         detail = f" ({len(candidates)} damaged)" if candidates else ""
         raise FileNotFoundError(f"resume requested but no complete checkpoint in {self.run_dir}{detail}")
 
+    def _inputs(self) -> list[tuple[str, object]]:
+        """What this run reads from disk, which must not lie where it writes: the model, the dataset file, the files
+        of the reward functions' modules."""
+        found = [("model", self.args.model), ("model", getattr(self.model, "name_or_path", None)),
+                 ("dataset", getattr(self.args, "dataset", None))]
+        for fn in getattr(self, "reward_funcs", ()):
+            module = sys.modules.get(getattr(fn, "__module__", None) or "")
+            found.append((f"the module of reward function {getattr(fn, '__name__', fn)!r}",
+                          getattr(module, "__file__", None)))
+        return found
+
+    def _check_resumable(self, path: Path) -> None:
+        """Before anything is restored: the settings are the run's own (but for RESUMABLE ones), and it has steps
+        left; otherwise raise, having changed nothing."""
+        info = checkpoint_info(path)
+        saved, where = info.get("config"), path / MARKER
+        if saved is None:  # a checkpoint of an older aha: the config.yaml its run started with
+            where = self.run_dir / "config.yaml"
+            saved = read_saved_config(where)
+        if saved is not None:
+            check_resume(saved, self.args, where, self.run_dir)
+        if info["step"] > self.max_steps:
+            raise NothingToTrainError(
+                f"{path} is at step {info['step']}, past max_steps={self.max_steps}: nothing to train, and nothing "
+                f"was changed. To train on, resume with max_steps above {info['step']}; the step-{info['step']} "
+                f"model is in {path} (and in {self.run_dir / 'model'} if that run ended)")
+        if info["step"] == self.max_steps:
+            log.warning("%s is already at max_steps=%d: nothing to train (raise max_steps to train on)",
+                        path, self.max_steps)
+
     def _restore(self, path: Path) -> None:
+        self._check_resumable(path)
         reference = getattr(self, "ref_model", None)  # restored whenever the checkpoint holds it
         if self._moving_reference() is not None and not (path / REFERENCE).is_file():
             log.warning("%s holds no %s (written without sync_ref_model, or by an older aha): the reference "

@@ -274,7 +274,8 @@ class GRPOConfig(TrainConfig):
     """Stop the run when one reward function has raised or timed out on this many consecutive steps (0: never)."""
     reward_timeout: float = 300.0
     """Wall-clock seconds each reward function call may take; past it, that call's rewards are excluded and
-    counted in reward/call_timeouts (the run goes on)."""
+    counted in reward/call_timeouts (the run goes on; a call that swallows the cut and runs 10 s more ends the run,
+    aha.rewards.deadline.STUCK_GRACE_S)."""
     stream_rewards: bool = False
     """Score each prompt's G completions as soon as they are all finished, on a helper thread, while the engine
     decodes the rest. Each reward function is then called once per group instead of once per batch (the rewards
@@ -634,7 +635,8 @@ class DashboardConfig:
     runs_root: str = "runs"
     """Where runs are looked for when `runs` is empty (three levels deep)."""
     host: str = "127.0.0.1"
-    """Address to bind; the default serves this machine only."""
+    """Address to bind; the default serves this machine only. Also a Host name the dashboard answers to (beside
+    localhost, 127.0.0.1 and [::1]; any other Host is refused against DNS rebinding)."""
     port: int = 8765
     """Port to serve on (0: any free port)."""
     playground_dir: Optional[str] = None

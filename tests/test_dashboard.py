@@ -1,6 +1,7 @@
 """The dashboard's API: every endpoint, traversal refused, bad and half-written lines reported, never a crash."""
 
 import json
+import math
 import time
 
 import pytest
@@ -227,3 +228,98 @@ def test_train_with_dashboard_true_serves_the_run(tiny_dir, tmp_path, capsys):
     assert url.startswith("http://127.0.0.1:")
     runs = json.loads(urllib.request.urlopen(f"{url}/api/runs", timeout=10).read())["runs"]
     assert [(r["id"], r["steps"]) for r in runs] == [("run", 1)]
+
+
+# ---------------------------------------------------------------- runs where they are; Learn's new numbers
+def test_a_folder_given_by_name_lists_the_runs_nested_in_it(tmp_path):
+    """`aha dashboard runs/demo`: demo/sft and demo/grpo (and the demo's own folder, a run marker of its own)."""
+    demo = tmp_path / "runs" / "demo"
+    make_run(demo / "grpo")
+    make_run(demo / "sft")
+    (demo / "base").mkdir()
+    (demo / "base" / "config.json").write_text("{}")  # a model, not a run
+    (demo / "demo_config.yaml").write_text("grpo_steps: 3\n")
+    make_run(tmp_path / "recipe" / "stage1")  # a recipe: no marker of its own, its stages are the runs
+    make_run(tmp_path / "plain")
+    make_run(tmp_path / "plain" / "checkpoint-3")  # never a run
+    reg = RunRegistry([demo, tmp_path / "recipe", tmp_path / "plain", tmp_path / "typo"])
+    assert list(reg.runs()) == ["demo", "demo/grpo", "demo/sft", "recipe/stage1", "plain", "typo"]
+    assert reg.empty() == [str(tmp_path / "typo")]  # watched (a run may start there), and said to hold none
+    cfg = DashboardConfig(runs=[str(demo)], playground_dir=str(tmp_path / "pg"))
+    with TestClient(build_app(cfg), base_url=LOCAL) as c:
+        got = c.get("/api/runs").json()
+        runs = {r["id"]: r for r in got["runs"]}
+        assert runs["demo/grpo"]["steps"] == 3 and runs["demo"]["stage"] == "demo" and not runs["demo"]["has_metrics"]
+        assert runs["demo/grpo"]["stage"] == "grpo" and got["given"] == [str(demo)] and got["empty"] == []
+        assert c.get("/api/groups?run=demo/grpo").json()["steps"] == [2]
+
+
+def test_config_diff_lists_the_keys_that_differ(client, tmp_path):
+    (tmp_path / "runs" / "sub" / "b" / "config.yaml").write_text("model: tiny\nnum_generations: 4\nbeta: 0.1\n"
+                                                                "reflection_phrases: [wait]\noutput_dir: x\n")
+    d = client.get("/api/config_diff?runs=a,sub/b").json()
+    assert d["differ"] == {"num_generations": [2, 4], "beta": [None, 0.1]} and d["same"] == 2
+    assert client.get("/api/config_diff?runs=a,nope").status_code == 404
+
+
+def test_prompts_are_shown_as_their_question():
+    from aha.dashboard.text import prompt_text
+    chatml = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n1+6<|im_end|>\n<|im_start|>assistant\n"
+    assert prompt_text(chatml) == "1+6"
+    llama = ("<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+             "<|start_header_id|>assistant<|end_header_id|>\n\n")
+    assert prompt_text(llama) == "Hi"
+    assert prompt_text([{"role": "system", "content": "x"}, {"role": "user", "content": "2+2"}]) == "2+2"
+    assert prompt_text("1+6=") == "1+6=" and prompt_text(None) == ""
+
+
+def test_held_out_and_groups_carry_the_question(client, tmp_path):
+    import json as _json
+    (tmp_path / "runs" / "a" / "held_out.jsonl").write_text(_json.dumps(
+        {"step": 0, "id": 1, "prompt": "<|im_start|>user\n3+4<|im_end|>\n<|im_start|>assistant\n", "answer": "7",
+         "greedy": "7", "correct": True}) + "\n")
+    assert client.get("/api/aha?run=a").json()["held_out"]["problems"][0]["prompt_text"] == "3+4"
+    assert client.get("/api/groups?run=a").json()["groups"][0]["prompt_text"] == "1+1="
+
+
+def test_learn_advantages_explain_every_estimator_and_give_an_equal_group_zero(client):
+    got = client.post("/api/learn/advantages", json={"rewards": [1.6] * 8}).json()
+    assert all(v == [0.0] * 8 for v in got["advantages"].values()) and got["std"] == 0.0
+    assert set(got["about"]) == set(algos.ADVANTAGES)
+    assert all(a["formula"].startswith("A_i =") and a["doc"] for a in got["about"].values())
+    two = client.post("/api/learn/advantages", json={"rewards": [1, 0, 0, 1], "other": [0, 0, 0, 1]}).json()
+    want = algos.compute_advantages("batch", torch.tensor([1.0, 0, 0, 1, 0, 0, 0, 1]), 4)[0].tolist()
+    assert two["advantages"]["batch"] + two["other_advantages"]["batch"] == pytest.approx(want, abs=1e-6)
+    assert client.post("/api/learn/advantages", json={"rewards": [1, 0], "other": [1]}).status_code == 400
+
+
+def test_learn_ratio_kl_and_aggregation(client):
+    r = client.post("/api/learn/ratio", json={"p_old": 0.5, "p_new": 0.7, "epsilon": 0.2, "epsilon_high": 0.28}).json()
+    assert r["clip_range"] == [0.8, 1.28]
+    kl = client.post("/api/learn/kl", json={"p": 0.3, "p_ref": 0.5}).json()
+    true = 0.3 * math.log(0.3 / 0.5) + 0.7 * math.log(0.7 / 0.5)  # KL({0.3, 0.7} || {0.5, 0.5})
+    assert kl["true_kl"] == pytest.approx(true, abs=1e-6)
+    assert kl["expected"]["k1"] == pytest.approx(true, abs=1e-6) and kl["expected"]["k3"] == pytest.approx(true, abs=1e-6)
+    assert kl["expected"]["k2"] != pytest.approx(true, abs=1e-3)  # k2 is biased
+    assert client.post("/api/learn/kl", json={"p": 0.3, "p_ref": 1.0}).json()["true_kl"] is None  # infinite
+    agg = client.post("/api/learn/aggregation", json={"short": 2, "long": 6, "max_len": 10}).json()["by_loss_type"]
+    assert agg["grpo"]["short"] == pytest.approx([0.25] * 2)
+    assert agg["grpo"]["long"] == pytest.approx([1 / 12] * 6, abs=1e-6)
+    assert agg["dapo"]["total"] == pytest.approx({"short": 0.25, "long": 0.75})  # 2 and 6 of 8 tokens
+    assert agg["dr_grpo"]["long"] == pytest.approx([1 / 20] * 6, abs=1e-6)  # 1 / (2 sequences * max_len 10)
+    assert client.post("/api/learn/aggregation", json={"short": 2, "long": 6, "max_len": 3}).status_code == 400
+
+
+def test_learn_toy_update_is_grpo_with_aha_loss_and_optimizer(client):
+    body = {"rewards": [1, 1, 0, 0.5, 0, 0], "learning_rate": 0.1}
+    first = client.post("/api/learn/toy", json=body).json()
+    assert sum(first["after"]) == pytest.approx(1, abs=1e-5) and first["after"][0] > first["before"][0]
+    assert first["after"][2] < first["before"][2] and first["state"]["step"] == 1.0
+    assert first["change"] == pytest.approx([a - b for a, b in zip(first["after"], first["before"])], abs=2e-6)
+    second = client.post("/api/learn/toy", json={**body, "state": first["state"]}).json()
+    assert second["before"] == pytest.approx(first["after"], abs=1e-6) and second["state"]["step"] == 2.0
+    clipped = client.post("/api/learn/toy", json={**body, "passes": 4, "learning_rate": 0.5}).json()
+    assert len(clipped["loss"]) == 4 and clipped["clipped"][0] == 0 and max(clipped["clipped"]) > 0
+    assert client.post("/api/learn/toy", json={**body, "rewards": [1, 2]}).status_code == 400
+    assert client.post("/api/learn/toy", json={**body, "estimator": "nope"}).status_code == 400
+    assert client.post("/api/learn/toy", json={**body, "state": {"logits": [1e9] * 6}}).status_code == 400

@@ -5,6 +5,7 @@ Each page is saved as a PNG in $AHA_SCREENSHOTS (default: a temporary directory)
 pages show the runs under that directory instead of the small run these tests train.
 """
 
+import math
 import os
 import shutil
 import time
@@ -217,3 +218,399 @@ def test_curves_follow_a_run_being_written_and_show_a_half_written_line(driver, 
         f.write('an": 0.3}\n')
     wait_for(lambda: points() == 3 and not driver.find_elements("css selector", ".partial-line"), what="3 points")
     assert not console_errors(driver)
+
+
+# ---------------------------------------------------------------- a dashboard a user keeps open
+def _own_runs():
+    if os.environ.get("AHA_DASHBOARD_ROOT"):
+        pytest.skip("writes runs of its own")
+
+
+def _write_run(path, rows=None, groups=None, held_out=None, config="model: tiny\nnum_generations: 2\n"):
+    import json
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.yaml").write_text(config)
+    for name, lines in (("metrics.jsonl", rows), ("groups.jsonl", groups), ("held_out.jsonl", held_out)):
+        if lines is not None:
+            (path / name).write_text("".join(json.dumps(r) + "\n" for r in lines))
+    return path
+
+
+def _js_wait(driver, script, what, timeout=WAIT_S):
+    return wait_for(lambda: driver.execute_script(script), timeout=timeout, what=what)
+
+
+def _chart(driver, key):
+    return driver.execute_script("const c = window.ahaCharts.find(c => c.key === arguments[0]); return c ? "
+                                 "{series: c.plot.series.map(s => s.label), data: c.plot.data, "
+                                 "y: [c.plot.scales.y.min, c.plot.scales.y.max], "
+                                 "strokes: c.plot.series.map(s => typeof s.stroke === 'function' ? "
+                                 "s.stroke(c.plot, 1) : s.stroke)}"
+                                 " : null", key)
+
+
+def test_a_folder_given_by_name_shows_the_runs_nested_in_it(driver, tmp_path):
+    """`aha dashboard runs/demo`: the demo's folder holds base (a model), sft and grpo; each run is listed and usable."""
+    _own_runs()
+    from aha.config import DashboardConfig
+    from aha.dashboard import build_app
+    from aha.dashboard.server import Server
+    demo = tmp_path / "runs" / "demo"
+    shutil.copytree(ROOT["path"] / "tiny", demo / "grpo")
+    _write_run(demo / "sft", [{"step": s, "loss": 2.0 / s} for s in range(1, 6)], config="learning_rate: 0.003\n")
+    (demo / "base").mkdir()
+    (demo / "base" / "config.json").write_text("{}")
+    (demo / "demo_config.yaml").write_text("grpo_steps: 4\n")
+    cfg = DashboardConfig(runs=[str(demo), str(tmp_path / "runs" / "typo")], playground_dir=str(tmp_path / "pg"))
+    server = Server(build_app(cfg))
+    url = server.start()
+    try:
+        open_page(driver, url, "runs")
+        rows = {r.get_attribute("data-run"): r for r in driver.find_elements("css selector", "#runs-table tr[data-run]")}
+        assert {"demo/grpo", "demo/sft"} <= set(rows) and "demo/base" not in rows
+        steps = int(rows["demo/grpo"].find_elements("tag name", "td")[2].text)
+        assert steps == 4 and "grpo" in rows["demo/grpo"].text and "sft" in rows["demo/sft"].text
+        assert "typo" in driver.find_element("css selector", ".empty-folder").text  # a folder with no run says so
+        open_page(driver, url, "curves")
+        assert "demo/grpo" in driver.find_element("tag name", "h2").text
+        _js_wait(driver, "return window.ahaCharts.some(c => c.key === 'reward/mean' && c.plot.data[0].length === 4)",
+                 "demo/grpo's curves")
+        open_page(driver, url, "groups")
+        assert driver.find_element("id", "run-select").get_attribute("value") == "demo/grpo"
+        wait_for(lambda: driver.find_elements("css selector", ".group"), what="demo/grpo's groups")
+        open_page(driver, url, "aha")
+        options = [o.text for o in driver.find_elements("css selector", "#run-select option")]
+        assert options == ["demo/grpo", "demo/sft"]
+        assert not console_errors(driver)
+    finally:
+        server.stop()
+
+
+def test_a_metric_is_found_by_search_smoothed_zoomed_and_enlarged(driver, site, shots):
+    open_page(driver, site, "curves" if os.environ.get("AHA_DASHBOARD_ROOT") else "curves?runs=tiny")
+    _js_wait(driver, "return window.ahaCharts.some(c => c.key === 'completion/len_mean')", "charts")
+    box = driver.find_element("id", "curve-search")
+    box.send_keys("len_mean")
+    _js_wait(driver, "return window.ahaCharts.length > 0 && window.ahaCharts.every(c => c.key.includes('len_mean'))",
+             "only the metrics that match")
+    driver.execute_script("const s = document.getElementById('curve-smooth'); s.value = 0.8; s.dispatchEvent(new Event('input'));")
+    _js_wait(driver, "const c = window.ahaCharts.find(c => c.key === 'completion/len_mean'); return c && c.plot.series.length === 3",
+             "a raw and a smoothed series")
+    got = _chart(driver, "completion/len_mean")
+    raw, smooth = got["data"][1], got["data"][2]
+    last, n, want = 0.0, 0, []
+    for v in raw:  # TensorBoard's debiased exponential moving average; a row without the metric stays empty
+        if v is None:
+            want.append(None)
+            continue
+        last, n = last * 0.8 + 0.2 * v, n + 1
+        want.append(last / (1 - 0.8 ** n))
+    assert [v is None for v in smooth] == [v is None for v in want] and sum(v is not None for v in want) >= 3
+    assert [v for v in smooth if v is not None] == pytest.approx([v for v in want if v is not None], rel=1e-9)
+    assert "smoothed" in got["series"][2]
+    assert "q=len_mean" in driver.current_url and "smooth=0.8" in driver.current_url  # the view is in the address
+    driver.save_screenshot(str(shots / "curves_search.png"))
+    driver.refresh()
+    _js_wait(driver, "return document.body.dataset.ready === 'curves' && window.ahaCharts.length > 0", "reloaded")
+    assert driver.find_element("id", "curve-search").get_attribute("value") == "len_mean"
+    box = driver.find_element("id", "curve-search")
+    box.clear()
+    box.send_keys("completion/len")
+    _js_wait(driver, "return window.ahaCharts.length >= 2 && window.ahaCharts.every(c => c.key.includes('completion/len'))",
+             "completion/len_mean, _min, _max")
+    keys = driver.execute_script("return window.ahaCharts.map(c => c.key)")  # zoom one chart: the others follow
+    driver.execute_script("window.ahaCharts[0].plot.setScale('x', {min: 2, max: 3})")
+    assert driver.execute_script("return window.ahaCharts[1].plot.scales.x.min") == 2
+    driver.find_element("css selector", f'.chart[data-key="{keys[0]}"] button.enlarge').click()
+    big = _js_wait(driver, "const z = document.querySelector('#chart-zoom canvas'); return z && z.width", "the enlarged chart")
+    assert big > 2 * driver.execute_script(f"return document.querySelector('.chart[data-key=\"{keys[0]}\"] canvas').width")
+    driver.find_element("tag name", "body").send_keys("\ue00c")  # Escape
+    wait_for(lambda: not driver.find_elements("id", "chart-zoom"), what="closed")
+    assert not console_errors(driver)
+
+
+def test_a_flat_series_gets_an_axis_around_its_value_and_an_empty_one_no_frame(driver, site):
+    _own_runs()
+    rows = [{"step": s, "flat/zero": 0.0, "flat/level": 0.3, "varies": s / 10, "never": None} for s in range(1, 11)]
+    _write_run(ROOT["path"] / "x_flat", rows)
+    open_page(driver, site, "curves?runs=x_flat")
+    _js_wait(driver, "return window.ahaCharts.some(c => c.key === 'flat/zero')", "charts")
+    lo, hi = _chart(driver, "flat/zero")["y"]
+    assert lo < 0 < hi and hi - lo <= 2  # not 0-100
+    lo, hi = _chart(driver, "flat/level")["y"]
+    assert lo < 0.3 < hi and hi - lo <= 0.5
+    assert "constant 0.3" in driver.find_element("css selector", '.chart[data-key="flat/level"]').text
+    assert _chart(driver, "never") is None  # no blank frame for a series with no values
+    assert "never" in driver.find_element("id", "empty-series").text
+
+
+def test_curves_export_a_csv_and_show_the_overlaid_runs_config_differences(driver, site, tmp_path):
+    _own_runs()
+    other = ROOT["path"] / "x_lr"
+    shutil.copytree(ROOT["path"] / "tiny", other)
+    import yaml
+    cfg = yaml.safe_load((other / "config.yaml").read_text())
+    assert cfg["learning_rate"] == 0.01
+    (other / "config.yaml").write_text(yaml.safe_dump({**cfg, "learning_rate": 0.005, "output_dir": str(other)}))
+    driver.execute_cdp_cmd("Page.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(tmp_path)})
+    open_page(driver, site, "curves?runs=tiny,x_lr&q=reward/mean")
+    row = wait_for(lambda: driver.find_elements("css selector", '#config-diff-table tr[data-key="learning_rate"]'),
+                   what="the config diff")[0]
+    assert "0.01" in row.text and "0.005" in row.text
+    assert not driver.find_elements("css selector", '#config-diff-table tr[data-key="output_dir"]')
+    assert not driver.find_elements("css selector", '#config-diff-table tr[data-key="seed"]')  # equal: not listed
+    _js_wait(driver, "return window.ahaCharts.some(c => c.key === 'reward/mean')", "charts")
+    driver.find_element("id", "curve-csv").click()
+    files = wait_for(lambda: [p for p in tmp_path.glob("*.csv")], what="the CSV download")
+    lines = files[0].read_text().splitlines()
+    assert lines[0].split(",") == ["step", "tiny:reward/mean", "x_lr:reward/mean"]
+    import json
+    want = [json.loads(x) for x in (ROOT["path"] / "tiny" / "metrics.jsonl").read_text().splitlines()]
+    assert [float(v.split(",")[1]) for v in lines[1:]] == pytest.approx([r["reward/mean"] for r in want])
+
+
+def _colour_run():
+    big = [0.93, -0.93]
+    small = [0.0012, -0.0012]
+
+    def completion(a, ratio):
+        n = len(ratio)
+        return {"text": "x" * n, "rewards": [1.0 if a > 0 else 0.0], "reward": 1.0 if a > 0 else 0.0, "advantage": a,
+                "trained": True, "tokens": {"piece": [f"t{i}" for i in range(n)], "logp": [-0.1 * (i + 1) for i in range(n)],
+                                            "ratio": ratio, "clip": [1 if r > 1.2 and a > 0 else 0 for r in ratio],
+                                            "kl": None, "loss": [-a * r / 8 for r in ratio]}}
+
+    def group(g, advs, ratios):
+        return {"step": 1, "group": g, "prompt": [{"role": "user", "content": f"question {g}"}], "answer": "1",
+                "reward_names": ["math"], "mean": 0.5, "std": 0.7, "completions": [completion(a, r) for a, r in zip(advs, ratios)]}
+    return [group(0, big, [[1.0, 1.3, 0.7, 1.0], [1.0, 1.0]]), group(1, small, [[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]])]
+
+
+def _alphas(driver, group):
+    return driver.execute_script(
+        "return [...document.querySelectorAll('.group')[arguments[0]].querySelectorAll('.tok')].map(s => {"
+        "const m = getComputedStyle(s).backgroundColor.match(/rgba?\\(([^)]*)\\)/); const p = m[1].split(',').map(Number);"
+        "return p.length === 4 ? p[3] : 1; })", group)
+
+
+def test_groups_colours_share_one_scale_across_the_step_and_show_per_token_differences(driver, site):
+    _own_runs()
+    _write_run(ROOT["path"] / "x_colours", [{"step": 1, "reward/mean": 0.5}], groups=_colour_run())
+    open_page(driver, site, "groups?run=x_colours&step=1")
+    wait_for(lambda: len(driver.find_elements("css selector", ".group")) == 2, what="two groups")
+    big, small = _alphas(driver, 0), _alphas(driver, 1)
+    assert max(big) > 0.9 and max(small) < 0.01  # -0.0012 is pale beside ±0.93, not as dark
+    assert "% of the step's largest" in driver.find_element("css selector", ".group[data-group='1'] .group-scale").text
+    assert "step 1" in driver.find_element("id", "colour-legend").text
+    Select = __import__("selenium.webdriver.support.select", fromlist=["Select"]).Select
+    Select(driver.find_element("id", "colour-by")).select_by_value("ratio")
+    first = driver.find_elements("css selector", ".group[data-group='0'] .completion")[0]
+    colours = {s.value_of_css_property("background-color") for s in first.find_elements("css selector", ".tok")}
+    assert len(colours) == 3  # ratios 1.0, 1.3, 0.7: three colours within one answer
+    assert first.find_elements("css selector", ".tok.clip-high")  # the clipped token is marked
+    Select(driver.find_element("id", "colour-by")).select_by_value("surprise")
+    first = driver.find_elements("css selector", ".group[data-group='0'] .completion")[0]
+    assert len({s.value_of_css_property("background-color") for s in first.find_elements("css selector", ".tok")}) == 4
+    assert not console_errors(driver)
+
+
+def test_the_aha_tracker_shows_questions_keeps_long_answers_in_their_cells_and_one_meaning_per_colour(driver, site):
+    _own_runs()
+    prompt = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 17+25?<|im_end|>\n<|im_start|>assistant\n"
+    held = [{"step": s, "id": 0, "prompt": prompt, "answer": "42", "greedy": g, "correct": g == "42"}
+            for s, g in ((0, "4" * 3000), (10, "42"))]
+    rows = [{"step": s, "behaviour/reflection_rate": 0.1 * s, "behaviour/reflection_rate/correct": 0.2,
+             "behaviour/reflection_rate/incorrect": 0.05, "behaviour/len_correct": 10 + s, "behaviour/len_incorrect": 30 - s}
+            for s in range(1, 6)]
+    _write_run(ROOT["path"] / "x_aha", rows, held_out=held)
+    open_page(driver, site, "aha?run=x_aha")
+    cell = wait_for(lambda: driver.find_elements("css selector", "#held-out-table tr:last-child td"), what="the held-out table")[0]
+    assert "What is 17+25?" in cell.text and "<|im_start|>" not in cell.text and "system" not in cell.text
+    for td in driver.find_elements("css selector", "#held-out-table td"):
+        inside = driver.execute_script("const r = arguments[0].getBoundingClientRect(); "
+                                       "return arguments[0].scrollWidth <= arguments[0].clientWidth + 1 && r.height < 160 "
+                                       "&& r.right <= document.documentElement.clientWidth + 1", td)
+        assert inside, td.text[:40]
+    colour = {}
+    for key in ("reflection", "lengths"):
+        got = _chart(driver, key)
+        colour[key] = {label: stroke for label, stroke in zip(got["series"], got["strokes"]) if label in ("correct", "incorrect")}
+    assert colour["reflection"] == colour["lengths"] and colour["reflection"]["correct"] != colour["reflection"]["incorrect"]
+    green = colour["reflection"]["correct"].lstrip("#")
+    r, g = int(green[:2], 16), int(green[2:4], 16)
+    assert g > r  # correct is green, as the held-out table's right answers
+    assert not console_errors(driver)
+
+
+def test_the_playground_error_stays_five_seconds_or_until_dismissed_and_runs_link_to_groups(driver, site):
+    open_page(driver, site, "learn")
+    steps = driver.find_element("id", "pg-max_steps")
+    steps.clear()
+    steps.send_keys("999")
+    driver.find_element("id", "pg-start").click()
+    error = driver.find_element("id", "pg-error")
+    wait_for(lambda: error.is_displayed(), what="the error")
+    assert "max_steps must be a number in [1, 20]" in error.text
+    time.sleep(2.5)  # two status polls later
+    assert error.is_displayed() and "max_steps" in error.text
+    driver.find_element("id", "pg-error-dismiss").click()
+    assert not error.is_displayed()
+    driver.find_element("id", "pg-start").click()
+    wait_for(lambda: error.is_displayed(), what="the error again")
+    time.sleep(5.5)
+    assert not error.is_displayed()  # gone by itself after 5 s
+    steps.clear()
+    steps.send_keys("20")
+    driver.find_element("id", "pg-start").click()
+    status = driver.find_element("id", "pg-status")
+    wait_for(lambda: status.get_attribute("data-state") == "running", what="a running playground job")
+    driver.find_element("id", "pg-start").click()  # while it runs
+    wait_for(lambda: error.is_displayed() and "already going" in error.text, what="'already going'")
+    run = status.get_attribute("textContent").split(":")[0]
+    links = "return [...document.querySelectorAll(arguments[0])].map(a => a.getAttribute('href'))"  # read at once: redrawn each poll
+    hrefs = wait_for(lambda: driver.execute_script(links, "#pg-status a"), what="links to its groups and curves")
+    assert hrefs == [f"#groups?run={run.replace('/', '%2F')}", f"#curves?runs={run.replace('/', '%2F')}"]
+    driver.find_element("id", "pg-cancel").click()
+    wait_for(lambda: status.get_attribute("data-state") == "cancelled", what="cancelled")
+    assert wait_for(lambda: driver.execute_script(links, f'#pg-runs tr[data-run="{run}"] a'), what="the runs table") == hrefs[::-1]
+    refused = "/api/playground/start - Failed to load resource: the server responded with a status of 400"
+    assert not [e for e in console_errors(driver) if refused not in e["message"]]  # the 400s are the refusals shown
+
+
+def _shown_numbers(driver, panel):
+    return [float(v) for v in driver.execute_script(
+        f"return [...document.querySelectorAll('#{panel} .num')].map(e => e.dataset.value).filter(v => v !== 'null')")]
+
+
+def _numbers(obj):
+    """Every number in a JSON answer, rounded as the server rounds them."""
+    if isinstance(obj, dict):
+        return [x for v in obj.values() for x in _numbers(v)]
+    if isinstance(obj, list):
+        return [x for v in obj for x in _numbers(v)]
+    return [round(float(obj), 6)] if isinstance(obj, (int, float)) and not isinstance(obj, bool) else []
+
+
+def test_learn_advantages_take_any_rewards_explain_each_estimator_and_give_equal_rewards_zero(driver, site):
+    open_page(driver, site, "learn")
+    driver.find_element("id", "adv-equal").click()  # [1.6] * 8
+    cells = lambda: driver.execute_script(  # noqa: E731  (read at once: the table is redrawn as answers come)
+        "return [...document.querySelectorAll('#adv-table td[data-est]')].map(c => [c.dataset.est, +c.dataset.i, "
+        "c.dataset.value, c.textContent])")
+    wait_for(lambda: len(cells()) == 8 * len(algos.ADVANTAGES), what="8 answers")
+    assert {(c[2], c[3]) for c in cells()} == {("0", "0")}
+    box = driver.find_element("id", "adv-rewards")
+    box.clear()
+    box.send_keys("-1, 2.5, 0.5, 3")
+    rewards = torch.tensor([-1.0, 2.5, 0.5, 3.0])
+    wait_for(lambda: len(cells()) == 4 * len(algos.ADVANTAGES), what="4 answers")
+    shown = {(est, i): float(v) for est, i, v, _ in cells()}
+    for name in algos.ADVANTAGES:
+        want = [round(v, 6) for v in algos.compute_advantages(name, rewards, 4)[0].tolist()]
+        assert [shown[name, i] for i in range(4)] == pytest.approx(want, abs=1e-6), name
+    about = driver.find_element("id", "adv-about").text
+    for name in ("batch", "batch_rewards", "dr_grpo", "rloo", "grpo"):
+        assert f"{name} A_i =" in about  # a formula and a line of explanation for every column
+    assert "leave-one-out" in about and "scale_rewards" in about
+    other = driver.find_element("id", "adv-other")
+    other.send_keys("0, 0, 0, 1")  # a second group in the batch: the batch-wide estimators change
+    from aha.dashboard import explain
+    want = explain.advantages({"rewards": [-1, 2.5, 0.5, 3], "other": [0, 0, 0, 1]})["advantages"]["batch"]
+    wait_for(lambda: [float(v) for est, i, v, _ in sorted(cells(), key=lambda c: c[1]) if est == "batch"] == want,
+             what="batch with two groups")
+
+
+def _shoot(driver, shots, element_id, name):
+    driver.execute_script("document.getElementById(arguments[0]).scrollIntoView()", element_id)
+    time.sleep(0.3)
+    driver.save_screenshot(str(shots / name))
+
+
+def test_the_ratio_curve_shades_the_clip_region_and_marks_the_ratio_and_kl_has_the_true_kl(driver, site, shots):
+    open_page(driver, site, "learn")
+    _js_wait(driver, "return window.ahaCharts.some(c => c.key === 'ratio-curve')", "the ratio curve")
+    shade = driver.execute_script("""
+        const c = window.ahaCharts.find(c => c.key === 'ratio-curve').plot;
+        const px = (x, y) => Array.from(c.ctx.getImageData(c.valToPos(x, 'x', true), c.valToPos(y, 'y', true), 1, 1).data);
+        return {inside: px(1.05, 0.37), outside: px(2.2, 0.37), marker: px(1.4, 0.37)};""")
+    r, g, b, a = shade["inside"]
+    assert a > 0 and r > b + 30 and g > b + 20  # the clip region [0.8, 1.28] is shaded (yellow)
+    assert shade["outside"][3] == 0 or shade["outside"][:3] == [255, 255, 255]  # nothing outside it
+    assert shade["marker"][3] > 0 and max(shade["marker"][:3]) < 90  # the dashed line at the current ratio 1.4
+    p, q = 0.3, 0.5
+    true_kl = p * math.log(p / q) + (1 - p) * math.log((1 - p) / (1 - q))
+    cell = wait_for(lambda: driver.find_elements("id", "kl-true"), what="the true KL")[0]
+    assert float(cell.get_attribute("data-value")) == pytest.approx(true_kl, abs=1e-6)
+    assert "{π, 1−π}" in driver.find_element("id", "kl-statement").text
+    lo, hi = _chart(driver, "kl-curve")["y"]
+    assert hi <= 10 and lo >= -10  # k3's spike (45 at π = 0.01) does not set the axis
+    assert "true KL" in _chart(driver, "kl-curve")["series"]
+    _shoot(driver, shots, "ratio-panel", "learn_ratio.png")
+    _shoot(driver, shots, "kl-panel", "learn_kl.png")
+
+
+def test_token_level_loss_weights_are_aha_algos_aggregate(driver, site, shots):
+    open_page(driver, site, "learn")
+    for name, value in (("short", 3), ("long", 12)):
+        driver.execute_script(f"const s = document.getElementById('s-{name}'); s.value = {value};"
+                              "s.dispatchEvent(new Event('input'));")
+    bars = lambda t, w: [float(v) for v in driver.execute_script(  # noqa: E731
+        f"return [...document.querySelectorAll('#token-loss-table tr[data-loss=\"{t}\"] .bars.{w} .bar')].map(b => b.dataset.value)")]
+    wait_for(lambda: len(bars("grpo", "short")) == 3 and len(bars("grpo", "long")) == 12, what="3 and 12 tokens")
+    mask = torch.zeros(2, 12)
+    mask[0, :3], mask[1, :] = 1, 1
+    for loss_type in algos.AGGREGATIONS:
+        w = torch.ones(2, 12, requires_grad=True)
+        (grad,) = torch.autograd.grad(algos.aggregate(loss_type, w, mask, max_len=32), w)
+        assert bars(loss_type, "short") == pytest.approx(grad[0, :3].tolist(), abs=1e-6)
+        assert bars(loss_type, "long") == pytest.approx(grad[1].tolist(), abs=1e-6)
+    assert bars("grpo", "short")[0] == pytest.approx(1 / 6, abs=1e-6) and bars("dapo", "long")[0] == pytest.approx(1 / 15, abs=1e-6)
+    assert bars("dr_grpo", "short")[0] == pytest.approx(1 / 64, abs=1e-6)
+    heights = driver.execute_script("return [...document.querySelectorAll('#token-loss-table tr[data-loss=\"grpo\"] .bar')]"
+                                    ".map(b => b.getBoundingClientRect().height)")
+    assert heights[0] > heights[-1]  # grpo: a short answer's tokens weigh more each
+    _shoot(driver, shots, "token-loss-panel", "learn_token_loss.png")
+
+
+def test_the_toy_grpo_update_is_aha_own_update_step_after_step(driver, site, shots):
+    from aha.dashboard import toy
+    open_page(driver, site, "learn")
+    driver.execute_script("const s = document.getElementById('s-toy-r6'); s.value = 2; s.dispatchEvent(new Event('input'));")
+    rewards = [1, 1, 0, 0.5, 0, 2]
+    after = lambda: driver.execute_script(  # noqa: E731
+        "return [...document.querySelectorAll('#toy-table td.after')].map(c => c.dataset.value)")
+    body = {"rewards": rewards, "learning_rate": 0.1, "epsilon": 0.2, "beta": 0, "passes": 1, "estimator": "grpo",
+            "loss_type": "dapo"}
+    first = toy.update({**body, "state": None})
+    driver.find_element("id", "toy-step").click()
+    wait_for(lambda: after() and float(after()[0]) == first["after"][0], timeout=60, what="the first update")
+    assert [float(v) for v in after()] == first["after"]
+    second = toy.update({**body, "state": first["state"]})
+    driver.find_element("id", "toy-step").click()
+    wait_for(lambda: [float(v) for v in after()] == second["after"], what="the second update, from the first's state")
+    before = [float(v) for v in driver.execute_script(
+        "return [...document.querySelectorAll('#toy-table td.before')].map(c => c.dataset.value)")]
+    assert before == first["after"] and second["after"][5] > first["after"][5] > first["before"][5]  # reward 2 rises
+    assert "2 update(s)" in driver.find_element("id", "toy-updates").text
+    assert len(_chart(driver, "toy-history")["data"][0]) == 3  # the start and two updates
+    driver.find_element("id", "toy-step10").click()
+    wait_for(lambda: len(_chart(driver, "toy-history")["data"][0]) == 13, what="ten more updates")
+    _shoot(driver, shots, "toy-panel", "learn_toy_update.png")
+
+
+def test_every_learn_number_is_computed_by_aha_algos_on_the_server(driver, site):
+    from aha.dashboard import explain, toy
+    open_page(driver, site, "learn")
+    driver.find_element("id", "toy-step").click()
+    wait_for(lambda: driver.find_elements("css selector", "#toy-table td.after"), timeout=60, what="a toy update")
+    answers = {"adv-panel": explain.advantages({"rewards": [1, 0, 0, 1, 0.5, 0]}),
+               "token-loss-panel": explain.aggregation({"short": 4, "long": 16, "max_len": 32}),
+               "ratio-panel": explain.ratio({"p_old": 0.5, "p_new": 0.7, "epsilon": 0.2, "epsilon_high": 0.28}),
+               "kl-panel": explain.kl({"p": 0.3, "p_ref": 0.5}),
+               "toy-panel": toy.update({"rewards": [1, 1, 0, 0.5, 0, 0], "learning_rate": 0.1, "epsilon": 0.2, "beta": 0,
+                                        "passes": 1, "estimator": "grpo", "loss_type": "dapo"})}
+    for panel, answer in answers.items():
+        shown, known = _shown_numbers(driver, panel), _numbers(answer)
+        assert len(shown) >= 5, panel
+        for v in shown:
+            assert any(abs(v - k) < 1e-9 for k in known), (panel, v)  # shown exactly as the server computed it

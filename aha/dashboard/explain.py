@@ -17,6 +17,8 @@ RATIO_GRID = [i / 50 for i in range(0, 126)]
 """Ratios 0 .. 2.5 at which the clipped objective is drawn."""
 PROB_FLOOR = 1e-6
 """Probabilities from the page are clamped to [PROB_FLOOR, 1] before their log is taken."""
+MAX_TOKENS = 64
+"""Longest completion in the token-level loss explorer."""
 
 
 class BadInput(ValueError):
@@ -34,17 +36,43 @@ def _floats(t: torch.Tensor) -> list[float]:
     return [round(float(v), 6) for v in t.reshape(-1).tolist()]
 
 
+ADVANTAGE_FORMULAS = {
+    "grpo": "A_i = (r_i - mean(r)) / (std(r) + eps)   [mean, std over the group]",
+    "dr_grpo": "A_i = r_i - mean(r)   [no division: no bias toward easy or hard prompts]",
+    "batch": "A_i = (r_i - mean(r)) / (std over the batch of (r_j - mean of j's group) + eps)",
+    "batch_rewards": "A_i = (r_i - mean(r)) / (std over the batch of r_j + eps)   [TRL's scale_rewards=\"batch\"]",
+    "rloo": "A_i = r_i - mean of the group's other rewards   [leave-one-out baseline]",
+}
+"""How each estimator of algos.ADVANTAGES reads, for the page (the code that computes it is in algos)."""
+
+
+def doc(fn) -> str:
+    """The first paragraph of a function's docstring, on one line."""
+    return " ".join((fn.__doc__ or "").strip().split("\n\n")[0].split())
+
+
+def _rewards(values, what: str) -> list[float]:
+    if not isinstance(values, list) or not 2 <= len(values) <= MAX_GROUP:
+        raise BadInput(f"{what} must be a list of 2 to {MAX_GROUP} numbers")
+    return [_number({"r": v}, "r", -1e6, 1e6) for v in values]
+
+
 def advantages(body: dict) -> dict:
-    """A group's rewards -> mean, std and the advantages under every registered estimator (algos.ADVANTAGES)."""
-    rewards = body.get("rewards")
-    if not isinstance(rewards, list) or not 2 <= len(rewards) <= MAX_GROUP:
-        raise BadInput(f"rewards must be a list of 2 to {MAX_GROUP} numbers")
-    r = torch.tensor([_number({"r": v}, "r", -1e6, 1e6) for v in rewards], dtype=torch.float32)  # [G]
-    G = len(rewards)
-    stats = algos.group_stats(r, G)
-    out = {name: _floats(algos.compute_advantages(name, r, G)[0]) for name in sorted(algos.ADVANTAGES)}
+    """A group's rewards -> mean, std and the advantages under every registered estimator (algos.ADVANTAGES),
+    with each estimator's formula and docstring. `other`: a second group of the same size in the batch, which
+    the batch-wide estimators (batch, batch_rewards) read too."""
+    r = _rewards(body.get("rewards"), "rewards")
+    other = _rewards(body["other"], "other") if body.get("other") else []
+    if other and len(other) != len(r):
+        raise BadInput(f"the other group must have as many rewards as this one ({len(r)}), got {len(other)}")
+    G = len(r)
+    batch = torch.tensor(r + other, dtype=torch.float32)             # [B*G], B = 1 or 2
+    stats = algos.group_stats(batch[:G], G)
+    got = {name: algos.compute_advantages(name, batch, G)[0] for name in sorted(algos.ADVANTAGES)}  # [B*G]
     return {"mean": round(float(stats.mean), 6), "std": round(float(stats.std), 6), "eps": algos.ADV_EPS,
-            "advantages": out}
+            "advantages": {n: _floats(a[:G]) for n, a in got.items()},
+            "other_advantages": {n: _floats(a[G:]) for n, a in got.items()} if other else None,
+            "about": {n: {"formula": ADVANTAGE_FORMULAS.get(n, ""), "doc": doc(algos.ADVANTAGES[n])} for n in got}}
 
 
 def _objective(ratios: torch.Tensor, adv: float, epsilon: float, epsilon_high: float) -> tuple[torch.Tensor, dict]:
@@ -64,7 +92,8 @@ def ratio(body: dict) -> dict:
     eps_high = _number(body, "epsilon_high", 0.01, 5.0, eps)
     r = torch.tensor([p_new / p_old], dtype=torch.float64)
     grid = torch.tensor([max(x, PROB_FLOOR) for x in RATIO_GRID], dtype=torch.float64)
-    out: dict = {"ratio": round(float(r), 6), "grid": _floats(grid), "by_advantage": {}}
+    out: dict = {"ratio": round(float(r), 6), "grid": _floats(grid), "by_advantage": {},
+                 "clip_range": [round(1 - eps, 6), round(1 + eps_high, 6)]}
     for name, adv in (("positive", 1.0), ("negative", -1.0)):
         value, clip = _objective(r, adv, eps, eps_high)
         curve, _ = _objective(grid, adv, eps, eps_high)
@@ -75,17 +104,57 @@ def ratio(body: dict) -> dict:
     return out
 
 
+def _finite(values: list[float]) -> list[float | None]:
+    """JSON has no infinity: an infinite KL (a reference that gives the other outcome probability 0) is None."""
+    return [v if math.isfinite(v) else None for v in values]
+
+
+def _two_outcomes(name: str, p: torch.Tensor, p_ref: torch.Tensor) -> torch.Tensor:
+    """E over x ~ pi of estimator `name`, for one token as two outcomes (this token, with probability p, or any
+    other, 1 - p) against the reference's (p_ref, 1 - p_ref); for k1 (and k3) this is the true KL. p, p_ref: [T]."""
+    probs = torch.stack([p, 1 - p], -1)                               # [T,2]
+    refs = torch.stack([p_ref, 1 - p_ref], -1)                        # [T,2]
+    with torch.no_grad():
+        k = algos.kl_penalty(name, torch.log(probs), torch.log(refs))  # [T,2]
+    return torch.where(probs > 0, probs * k, torch.zeros_like(k)).sum(-1)  # [T]
+
+
 def kl(body: dict) -> dict:
-    """pi and pi_ref of one token -> every registered KL estimator (algos.KL_ESTIMATORS), and each over a
+    """pi and pi_ref of one token -> every registered KL estimator (algos.KL_ESTIMATORS) for the sampled token,
+    its mean over both outcomes, the true KL of the two-outcome distributions (the mean of k1), and each over a
     grid of pi for the plot."""
     p = _number(body, "p", PROB_FLOOR, 1.0)
     p_ref = _number(body, "p_ref", PROB_FLOOR, 1.0)
     grid = torch.tensor([max(i / 100, PROB_FLOOR) for i in range(1, 101)], dtype=torch.float64)  # [T]
     logp = torch.log(torch.tensor([[p]], dtype=torch.float64))
     ref = torch.log(torch.tensor([[p_ref]], dtype=torch.float64))
-    out = {"grid": _floats(grid), "values": {}, "curves": {}}
+    one, ref_one = torch.tensor([p], dtype=torch.float64), torch.tensor([p_ref], dtype=torch.float64)
+    out: dict = {"grid": _floats(grid), "values": {}, "curves": {}, "expected": {}}
     for name in sorted(algos.KL_ESTIMATORS):
         out["values"][name] = round(float(algos.kl_penalty(name, logp, ref)), 6)
         curve = algos.kl_penalty(name, torch.log(grid).unsqueeze(0), ref.expand(1, len(grid)))
         out["curves"][name] = _floats(curve)
+        out["expected"][name] = _finite(_floats(_two_outcomes(name, one, ref_one)))[0]
+    out["true_kl"] = _finite(_floats(_two_outcomes("k1", one, ref_one)))[0]
+    out["true_curve"] = _finite(_floats(_two_outcomes("k1", grid, ref_one.expand(len(grid)))))
+    out["about"] = {name: doc(algos.KL_ESTIMATORS[name]) for name in sorted(algos.KL_ESTIMATORS)}
+    return out
+
+
+def aggregation(body: dict) -> dict:
+    """A short and a long completion in one batch -> for each loss aggregation (algos.AGGREGATIONS, loss_type) the
+    weight of every token in the loss, d(loss)/d(token loss), taken by autograd through algos.aggregate."""
+    short = int(_number(body, "short", 1, MAX_TOKENS, 4))
+    long = int(_number(body, "long", 1, MAX_TOKENS, 16))
+    max_len = int(_number(body, "max_len", max(short, long), 4 * MAX_TOKENS, max(short, long, 32)))
+    mask = torch.zeros(2, max(short, long), dtype=torch.float64)     # [N=2,T]
+    mask[0, :short], mask[1, :long] = 1, 1
+    out: dict = {"max_len": max_len, "by_loss_type": {}}
+    for name in sorted(algos.AGGREGATIONS):
+        w = torch.ones_like(mask, requires_grad=True)                 # [N,T] token losses (the rule is linear)
+        (grad,) = torch.autograd.grad(algos.aggregate(name, w, mask, max_len=max_len), w)  # [N,T]
+        out["by_loss_type"][name] = {
+            "short": _floats(grad[0, :short]), "long": _floats(grad[1, :long]),
+            "total": {"short": round(float(grad[0].sum()), 6), "long": round(float(grad[1].sum()), 6)},
+            "doc": doc(algos.AGGREGATIONS[name])}
     return out

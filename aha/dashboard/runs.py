@@ -8,6 +8,7 @@ of it is neither listed nor searched, and a run file that links out of its run i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -15,6 +16,8 @@ import threading
 from pathlib import Path
 
 import yaml
+
+from .text import prompt_text
 
 METRICS = "metrics.jsonl"
 GROUPS = "groups.jsonl"
@@ -32,7 +35,10 @@ _STEP_PREFIX = re.compile(rb'^\{"step": (\d+)')
 
 
 class RunRegistry:
-    """Run id -> directory. Fixed directories, or every run found under a root (looked up again on each list)."""
+    """Run id -> directory. Fixed directories, or every run found under a root (looked up again on each list).
+
+    A fixed directory that holds runs shows them all (`aha dashboard runs/demo` lists demo/sft and demo/grpo),
+    and the directory itself when it is a run too."""
 
     def __init__(self, dirs: list[str | Path] | None = None, root: str | Path = "runs"):
         self.fixed = [Path(d).resolve() for d in dirs or []]
@@ -44,17 +50,23 @@ class RunRegistry:
     def runs(self) -> dict[str, Path]:
         found: dict[str, Path] = {}
         if self.fixed:
+            names: set[str] = set()
             for d in self.fixed:
                 name, n = d.name, 1
-                while name in found:
+                while name in names:
                     n += 1
                     name = f"{d.name}-{n}"
-                found[name] = d
+                names.add(name)
+                found.update(runs_in(d, name))
         elif self.root.is_dir():
             for d in sorted(_find_runs(self.root, SEARCH_DEPTH, self.root)):
                 found[d.relative_to(self.root).as_posix()] = _real(d)
         with self.lock:
             return {**found, **self.extra}
+
+    def empty(self) -> list[str]:
+        """The fixed directories that hold no run (yet): a typo, a run not started, or a folder of something else."""
+        return [str(d) for d in self.fixed if not any(is_run(p) for p in runs_in(d, d.name).values())]
 
     def add(self, run_id: str, path: Path) -> None:
         with self.lock:
@@ -62,6 +74,19 @@ class RunRegistry:
 
     def get(self, run_id: str) -> Path | None:
         return self.runs().get(run_id)
+
+
+def is_run(path: Path) -> bool:
+    return any(safe_file(path, m) for m in RUN_MARKERS)
+
+
+def runs_in(folder: Path, name: str) -> dict[str, Path]:
+    """The runs in a folder given by name: itself when it is a run, and every run nested in it (depth
+    SEARCH_DEPTH), as `name/relative/path`; links out of the folder are not followed."""
+    nested = sorted(_find_runs(folder, SEARCH_DEPTH, _real(folder))) if folder.is_dir() else []
+    out = {name: _real(folder)} if is_run(folder) or not nested else {}  # an empty folder is watched: a run may start
+    out.update({f"{name}/{d.relative_to(folder).as_posix()}": _real(d) for d in nested})
+    return out
 
 
 def _real(path: Path) -> Path:
@@ -78,7 +103,7 @@ def _find_runs(root: Path, depth: int, real_root: Path) -> list[Path]:
     except OSError:
         return out
     for c in children:
-        if any(safe_file(c, m) for m in RUN_MARKERS):
+        if is_run(c):
             out.append(c)
         if depth > 1 and c.name not in ("model", "tensorboard"):
             out.extend(_find_runs(c, depth - 1, real_root))
@@ -164,8 +189,43 @@ def summary(run_id: str, run_dir: Path, read=read_jsonl) -> dict:
         if got["bad"] or got["partial"]:
             last["_note"] = f"{len(got['bad'])} bad line(s)" + (", a partial last line" if got["partial"] else "")
     return {"id": run_id, "path": str(run_dir), "config": {k: cfg[k] for k in CONFIG_KEYS if k in cfg},
-            "config_error": cfg.get("error"), "steps": steps, "last": last,
+            "config_error": cfg.get("error"), "steps": steps, "last": last, "stage": stage(run_dir, cfg),
+            "updated": _mtime(metrics), "has_metrics": metrics is not None,
             "has_groups": safe_file(run_dir, GROUPS) is not None, "files": _files(run_dir)}
+
+
+def stage(run_dir: Path, cfg: dict) -> str:
+    """What kind of run this is, for the Runs page: a recipe stage's type (done.json), "demo" for the demo's folder,
+    "grpo" or "sft" from the saved config's fields, else ""."""
+    done = safe_file(run_dir, "done.json")
+    if done is not None:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            return str(json.loads(done.read_text()).get("type") or "")
+    if safe_file(run_dir, "demo_config.yaml"):
+        return "demo"
+    return "grpo" if "num_generations" in cfg else "sft" if "learning_rate" in cfg else ""
+
+
+def _mtime(path: Path | None) -> float | None:
+    try:
+        return path.stat().st_mtime if path is not None else None
+    except OSError:
+        return None
+
+
+DIFF_SKIPPED = ("output_dir",)
+"""Config keys that differ between any two runs and say nothing about them."""
+
+
+def config_diff(configs: dict[str, dict]) -> dict:
+    """Run id -> config, to {"differ": {key: [each run's value]}, "same": number of equal keys, "errors": {id: ...}}.
+    A key a run lacks counts as a difference (None for it)."""
+    errors = {i: c["error"] for i, c in configs.items() if "error" in c}
+    keys = sorted({k for c in configs.values() for k in c if k != "error"})
+    values = {k: [c.get(k) for c in configs.values()] for k in keys}
+    differ = {k: v for k, v in values.items() if any(x != v[0] for x in v)}
+    return {"runs": list(configs), "differ": {k: v for k, v in differ.items() if k not in DIFF_SKIPPED},
+            "same": len(keys) - len(differ), "errors": errors}
 
 
 def _files(run_dir: Path) -> list[str]:
@@ -264,6 +324,6 @@ def held_out_table(path: Path | None) -> dict:
         steps.add(row["step"])
         key = str(row.get("id"))
         entry = problems.setdefault(key, {"id": row.get("id"), "prompt": row.get("prompt"), "answer": row.get("answer"),
-                                          "by_step": {}})
+                                          "prompt_text": prompt_text(row.get("prompt")), "by_step": {}})
         entry["by_step"][str(row["step"])] = {"greedy": row.get("greedy"), "correct": row.get("correct")}
     return {"steps": sorted(steps), "problems": list(problems.values()), "bad": got["bad"]}

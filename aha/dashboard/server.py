@@ -22,16 +22,22 @@ from starlette.responses import FileResponse, JSONResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from . import explain
+from . import explain, toy
 from .guard import Guard
 from .playground import Playground
+from .text import prompt_text
 from ..behaviour import DEFAULT_REFLECTION_PHRASES
-from .runs import (GROUPS, HELD_OUT, METRICS, GroupIndex, MetricsCache, RunRegistry, columns, held_out_table, read_config, reflection_by_step,
-                   safe_file, summary)
+from .runs import (GROUPS, HELD_OUT, METRICS, GroupIndex, MetricsCache, RunRegistry, columns, config_diff, held_out_table,
+                   read_config, reflection_by_step, safe_file, summary)
 
 log = logging.getLogger("aha.dashboard")
 STATIC = Path(__file__).parent / "static"
 LOCALHOST = "127.0.0.1"
+LEARN = {"advantages": explain.advantages, "ratio": explain.ratio, "kl": explain.kl,
+         "aggregation": explain.aggregation, "toy": toy.update}
+"""The Learn GRPO explainers: POST /api/learn/<name> with the page's inputs, answered by aha.algos."""
+MAX_DIFF_RUNS = 8
+"""Most runs whose configs are compared at once."""
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -78,7 +84,20 @@ class Api:
         self.index, self.cache = GroupIndex(), MetricsCache()
 
     async def runs(self, request: Request):
-        return JSONResponse({"runs": [summary(i, p, self.cache.read) for i, p in self.registry.runs().items()]})
+        """Every run with its summary; `root` and `given` say where runs were looked for, `empty` which given folders
+        hold none (yet), so that the page can say why it shows nothing."""
+        reg = self.registry
+        return JSONResponse({"runs": [summary(i, p, self.cache.read) for i, p in reg.runs().items()],
+                             "root": str(reg.root), "given": [str(d) for d in reg.fixed], "empty": reg.empty()})
+
+    async def config_diff(self, request: Request):
+        """?runs=A,B: the config keys on which the runs differ, each run's value."""
+        ids = [i for i in request.query_params.get("runs", "").split(",") if i][:MAX_DIFF_RUNS]
+        found = {i: self.registry.get(i) for i in ids}
+        missing = [i for i, p in found.items() if p is None]
+        if missing:
+            return _error(404, f"no run {missing[0]!r}")
+        return JSONResponse(config_diff({i: read_config(p) for i, p in found.items()}))
 
     async def metrics(self, request: Request):
         """?run=ID&offset=BYTES: the metric rows written since `offset`, as columns, with bad or partial lines."""
@@ -103,8 +122,10 @@ class Api:
             return JSONResponse({"run": run_id, "steps": [], "groups": [], "missing": True})
         steps = sorted(self.index.steps(file))
         step = _int(request, "step", steps[-1] if steps else 0)
-        return JSONResponse({"run": run_id, "steps": steps, "step": step,
-                             "groups": self.index.groups(file, step) if step in steps else []})
+        groups = self.index.groups(file, step) if step in steps else []
+        for g in groups:
+            g["prompt_text"] = prompt_text(g.get("prompt"))
+        return JSONResponse({"run": run_id, "steps": steps, "step": step, "groups": groups})
 
     async def aha(self, request: Request):
         """?run=ID: reflection phrases in the recorded completions, step by step (the run's own phrase list), and
@@ -142,9 +163,8 @@ def make_app(registry: RunRegistry, playground: Playground, host: str = LOCALHOS
     routes = [
         Route("/", api.page), Route("/api/runs", api.runs), Route("/api/metrics", api.metrics),
         Route("/api/groups", api.groups), Route("/api/file", api.file), Route("/api/aha", api.aha),
-        Route("/api/learn/advantages", _post(explain.advantages), methods=["POST"]),
-        Route("/api/learn/ratio", _post(explain.ratio), methods=["POST"]),
-        Route("/api/learn/kl", _post(explain.kl), methods=["POST"]),
+        Route("/api/config_diff", api.config_diff),
+        *[Route(f"/api/learn/{name}", _post(fn), methods=["POST"]) for name, fn in LEARN.items()],
         Route("/api/playground", api.playground_status),
         Route("/api/playground/start", _post(playground.start), methods=["POST"]),
         Route("/api/playground/cancel", _post(lambda body: playground.cancel()), methods=["POST"]),

@@ -1,0 +1,143 @@
+// Groups: what does one group look like? The G answers to one prompt with their rewards and advantages, and per
+// token what the update did. Colours share one scale across every group of the step, so a pale group is a group
+// the update barely moved; "colour by" shows the per-token quantities (log-prob, ratio, KL, clip) where they vary.
+"use strict";
+
+const COLOUR_BY = {
+  loss: { label: "term in the loss", field: "loss", kind: "diverging", neg: [22, 163, 74], pos: [220, 38, 38],
+          note: "green lowers the loss by raising the token's probability, red by lowering it" },
+  advantage: { label: "advantage", field: "advantage", kind: "diverging", neg: [220, 38, 38], pos: [22, 163, 74],
+               note: "green: pushed up (A > 0), red: pushed down (A < 0)" },
+  ratio: { label: "ratio π/π_old (log)", field: "ratio", kind: "diverging", neg: [234, 88, 12], pos: [37, 99, 235], log: true,
+           note: "blue: more likely than when sampled, orange: less likely; outlined: clipped" },
+  kl: { label: "KL to the reference", field: "kl", kind: "sequential", pos: [147, 51, 234], note: "darker: further from the reference" },
+  surprise: { label: "surprise (−log-prob)", field: "logp", kind: "sequential", pos: [71, 85, 105], negate: true,
+              note: "darker: the policy found the token less likely" },
+};
+
+// the per-token values of completion c for a colour mode: tokens.advantage when recorded, else the answer's advantage
+function tokenValues(c, mode) {
+  const m = COLOUR_BY[mode], t = c.tokens, n = t.piece.length;
+  let v = mode === "advantage" ? (t.advantage || (c.trained && c.advantage !== null ? Array(n).fill(c.advantage) : null)) : t[m.field];
+  if (!v) return Array(n).fill(null);
+  return v.map(x => x === null || x === undefined ? null : m.log ? Math.log(x) : m.negate ? -x : x);
+}
+function stepScale(groups, mode) {  // the largest |value| over every token of every group of the step
+  let top = 0;
+  for (const g of groups) for (const c of g.completions || []) for (const v of tokenValues(c, mode)) if (v !== null) top = Math.max(top, Math.abs(v));
+  return top;
+}
+function colourOf(v, mode, scale) {
+  if (v === null || !scale) return "transparent";
+  const m = COLOUR_BY[mode], a = Math.min(1, Math.abs(v) / scale);
+  const rgb = m.kind === "sequential" || v >= 0 ? m.pos : m.neg;
+  return `rgba(${rgb[0]},${rgb[1]},${rgb[2]},${+a.toFixed(4)})`;
+}
+// which per-token quantities differ between the tokens of one answer at this step (else the colour is per answer)
+function variation(groups) {
+  const varies = f => groups.some(g => (g.completions || []).some(c => {
+    const v = (c.tokens[f] || []).filter(x => x !== null); return v.some(x => x !== v[0]); }));
+  return Object.fromEntries(["loss", "ratio", "kl", "logp", "clip", "advantage"].map(f => [f, varies(f)]));
+}
+function variationNote(v, groups) {
+  if (!groups.some(g => (g.completions || []).some(c => c.trained))) return "No answer shown here was in the update " +
+    "(advantage 0 where a group's rewards were all equal, or masked as truncated), so no per-token values were recorded.";
+  const flat = [];
+  if (!v.ratio) flat.push("the ratio is 1 on every token (one pass over the batch: nothing moved before this update)");
+  if (!v.kl) flat.push("no KL (beta = 0)");
+  if (!v.advantage) flat.push("one advantage per answer (outcome reward)");
+  if (!v.loss) flat.push("so each answer's tokens share one term in the loss");
+  return flat.length ? `At this step ${flat.join("; ")}. Per-token differences: colour by surprise` +
+    (v.ratio ? ", ratio" : "") + (v.kl ? ", KL" : "") + "." : "Per-token terms differ at this step: the colours vary within answers.";
+}
+function tokenSpan(c, i, vals, mode, scale, detail) {
+  const t = c.tokens, clip = t.clip ? t.clip[i] : 0;
+  const cls = ["tok", c.trained ? "trained" : "", clip === 1 ? "clip-high" : clip === -1 ? "clip-low" : ""].join(" ").trim();
+  const span = el("span", { class: cls, style: `background:${colourOf(vals[i], mode, scale)}`, "data-v": vals[i] }, t.piece[i]);
+  span.addEventListener("click", () => {
+    document.querySelectorAll(".tok.selected").forEach(s => s.classList.remove("selected"));
+    span.classList.add("selected");
+    const clipText = t.clip ? ({ "-1": "clipped low (ratio < 1-ε, A < 0)", "0": "not clipped", "1": "clipped high (ratio > 1+ε_high, A > 0)" })[t.clip[i]] : "–";
+    detail.replaceChildren(el("b", {}, JSON.stringify(t.piece[i])), ` log-prob ${fmt(t.logp ? t.logp[i] : null)}`,
+      el("span", { class: "ratio" }, ` · ratio ${fmt(t.ratio ? t.ratio[i] : null)}`), ` · ${clipText}`,
+      ` · KL ${fmt(t.kl ? t.kl[i] : null)} · loss term ${fmt(t.loss ? t.loss[i] : null)}`,
+      t.advantage ? ` · advantage ${fmt(t.advantage[i])}` : "", c.trained ? "" : " (not in the update)");
+  });
+  return span;
+}
+function percent(share) { const p = 100 * share; return `${p >= 10 ? Math.round(p) : +p.toPrecision(2)}%`; }
+function advantageBar(a, top) {
+  const w = a === null || !top ? 0 : Math.min(100, 100 * Math.abs(a) / top);
+  return el("span", { class: "adv-bar", title: `|advantage| relative to the step's largest (${fmt(top)})` },
+    el("span", { class: a < 0 ? "neg" : "pos", style: `width:${+w.toFixed(2)}%` }));
+}
+function drawGroup(g, mode, scale, topAdv, detail) {
+  if (g.error) return el("div", { class: "note" }, g.error);
+  const box = el("div", { class: "group", "data-group": g.group });
+  const terms = (g.completions || []).flatMap(c => tokenValues(c, mode)).filter(v => v !== null).map(Math.abs);
+  const top = terms.length ? Math.max(...terms) : 0;
+  box.append(el("div", { title: typeof g.prompt === "string" ? g.prompt : JSON.stringify(g.prompt) }, el("b", {}, `group ${g.group}: `),
+    g.prompt_text ?? JSON.stringify(g.prompt), g.answer ? `  (gold: ${g.answer})` : ""),
+    el("div", { class: "meta group-scale" }, `reward mean ${fmt(g.mean)} · std ${fmt(g.std)} · G = ${g.completions.length} · ` +
+      `largest |${COLOUR_BY[mode].label}| ${fmt(top)}` + (scale ? ` (${percent(top / scale)} of the step's largest)` : "")));
+  const sorted = [...g.completions].sort((a, b) => (b.reward ?? -Infinity) - (a.reward ?? -Infinity));
+  for (const c of sorted) {
+    const per = g.reward_names.map((n, i) => `${n} ${fmt(c.rewards[i])}`).join(" · ");
+    const vals = tokenValues(c, mode);
+    const toks = el("div", { class: "tokens" }, ...c.tokens.piece.map((_, i) => tokenSpan(c, i, vals, mode, scale, detail)));
+    box.append(el("div", { class: "completion" }, el("div", { class: "meta" }, advantageBar(c.advantage, topAdv),
+      ` reward ${fmt(c.reward)} (${per}) · advantage ${fmt(c.advantage)}` + (c.trained ? "" : " · left out of the update")), toks));
+  }
+  return box;
+}
+function legend(mode, scale, step, n) {
+  const m = COLOUR_BY[mode];
+  const ramp = m.kind === "diverging" ? `linear-gradient(90deg, rgb(${m.neg}), #fff, rgb(${m.pos}))` : `linear-gradient(90deg, #fff, rgb(${m.pos}))`;
+  const lo = m.kind === "diverging" ? -scale : 0;
+  return el("div", { class: "legend", id: "colour-legend" }, el("span", { class: "num" }, fmt(m.log ? Math.exp(lo) : lo)),
+    el("span", { class: "ramp", style: `background:${ramp}` }), el("span", { class: "num" }, fmt(m.log ? Math.exp(scale) : scale)),
+    ` ${m.label}: one scale for all ${n} group(s) of step ${step}; ${m.note}.`);
+}
+
+page("groups", "Groups", async () => {
+  await loadRuns();
+  view.append(el("h2", {}, "Groups"), el("p", { class: "meta" }, "What does one group look like? The answers to one prompt, " +
+    "best first, with what the update did to each token (click one)."));
+  const body = el("div"), detail = el("div", { id: "token-detail" }, "Click a token: its log-prob, ratio, clip and KL.");
+  const stepSel = el("select", { id: "step-select" }), modeSel = el("select", { id: "colour-by" },
+    ...Object.entries(COLOUR_BY).map(([k, m]) => el("option", { value: k }, m.label)));
+  modeSel.value = COLOUR_BY[hashParams().get("colour")] ? hashParams().get("colour") : "loss";
+  let data = null;
+  const curvesLink = el("a", { class: "to-curves" }, "its curves");
+  const render = () => {
+    for (const o of modeSel.options) {  // a quantity this step did not record (no KL at beta = 0) cannot be picked
+      o.disabled = !data.groups.some(g => (g.completions || []).some(c => tokenValues(c, o.value).some(v => v !== null)));
+      o.textContent = COLOUR_BY[o.value].label + (o.disabled ? " (not recorded)" : "");
+    }
+    if (modeSel.selectedOptions[0]?.disabled) modeSel.value = "loss";
+    const mode = modeSel.value, groups = data.groups, scale = stepScale(groups, mode);
+    const topAdv = Math.max(0, ...groups.flatMap(g => (g.completions || []).map(c => Math.abs(c.advantage ?? 0))));
+    const v = variation(groups);
+    body.replaceChildren(...(data.missing ? [el("p", {}, "This run has no groups.jsonl (log_groups_steps = 0?).")] :
+      [legend(mode, scale, data.step, groups.length), el("p", { class: "meta", id: "variation-note" }, variationNote(v, groups)),
+       ...groups.map(g => drawGroup(g, mode, scale, topAdv, detail))]));
+    setHashParams({ run: picker.value, step: data.step, colour: mode === "loss" ? "" : mode });
+    curvesLink.href = `#curves?runs=${encodeURIComponent(picker.value)}`;
+  };
+  const show = async (run, step) => {
+    data = await api(`/api/groups?run=${encodeURIComponent(run)}${step === undefined ? "" : `&step=${step}`}`);
+    stepSel.replaceChildren(...data.steps.map(s => el("option", { value: s }, `step ${s}`)));
+    stepSel.value = data.step;
+    render();
+  };
+  const picker = runPicker(run => show(run), r => r.has_groups);
+  const move = d => { const i = stepSel.selectedIndex + d; if (i >= 0 && i < stepSel.options.length) show(picker.value, stepSel.options[i].value); };
+  stepSel.addEventListener("change", () => show(picker.value, stepSel.value));
+  modeSel.addEventListener("change", () => data && render());
+  view.append(el("div", { class: "toolbar" }, "run ", picker, " ", el("button", { id: "step-prev", onclick: () => move(-1) }, "◀"), stepSel,
+    el("button", { id: "step-next", onclick: () => move(1) }, "▶"), " colour by ", modeSel, " ", curvesLink),
+    detail, body);
+  if (picker.value) await show(picker.value, hashParams().get("step") ?? undefined);
+  else body.append(el("p", {}, state.runs.length ? "No run has group records (GRPO runs write groups.jsonl every log_groups_steps)." :
+    "No runs found: see the Runs page."));
+});

@@ -62,41 +62,19 @@ def make_addition(split: str, n: int, seed: int = 0, min_digits: int = 1, max_di
     return rows
 
 
-STEP = re.compile(r"\d+\+\d+(?:\+\d+)?=(\d+)")
-"""One written column sum, e.g. '4+8+1=13'; group 1 is its sum."""
-
-
-def sum_of_steps(steps: list[str]) -> int | None:
-    """The number written column sums spell, rightmost column first: the last sum whole, then the other sums'
-    last digits. Example: ['7+5=12', '4+8+1=13', '0+3+1=4'] -> 432; ['7+5=12', '4+8+1=13'] -> 132; a step that
-    is not a column sum -> None."""
-    sums = [STEP.fullmatch(s) for s in steps]
-    if not sums or not all(sums):
-        return None
-    *rest, last = (int(m.group(1)) for m in sums)
-    return int(str(last) + "".join(str(v % 10) for v in reversed(rest)))
-
-
 def column_steps_reward(prompts, completions, question, **kwargs) -> list[float]:
-    """Share of the `<think>` column sums that match the problem's own worked sum (a process check), paid only
-    when the `<answer>` is the number those written sums spell (the answer follows from the chain).
+    """Share of the `<think>` column sums that match the problem's own worked sum (a process check).
 
-    Example: question "47+385", think "7+5=12 4+8+1=13 0+3+1=4", answer 432 -> 1.0; think "7+5=12 4+8=12 0+3=3",
-    answer 322 (what those sums give) -> 1/3; the right sums under answer 431 -> 0.
-    Extra or missing steps count as wrong, so padding the chain cannot raise the share. Why the answer gate:
-    without it, right sums under a wrong answer earned up to 0.5 of the demo's 1.6, a reward the model could
-    raise without answering better (steps right but answer wrong rose from 15 to 32 of 200 held-out problems
-    over one seed's 200 GRPO steps).
+    Example: question "47+385", think "7+5=12 4+8+1=13 0+3+1=4" -> 1.0; "7+5=12 4+8=12 0+3=3" -> 1/3.
+    Extra or missing steps count as wrong, so padding the chain cannot raise the share.
     """
     from ..rewards import completion_text
     out = []
     for comp, q in zip(completions, question):
-        text = completion_text(comp)
-        m, ans = re.search(r"<think>(.*?)</think>", text, re.S), re.search(r"<answer>\s*(\d+)\s*</answer>", text)
+        m = re.search(r"<think>(.*?)</think>", completion_text(comp), re.S)
         a, b = (int(x) for x in q.split("+"))
         want, got = column_addition(a, b).split(), (m.group(1).split() if m else [])
-        follows = ans is not None and sum_of_steps(got) == int(ans.group(1))
-        out.append(sum(g == w for g, w in zip(got, want)) / max(len(want), len(got)) if follows else 0.0)
+        out.append(sum(g == w for g, w in zip(got, want)) / max(len(want), len(got)))
     return out
 
 

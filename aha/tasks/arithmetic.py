@@ -62,6 +62,21 @@ def make_addition(split: str, n: int, seed: int = 0, min_digits: int = 1, max_di
     return rows
 
 
+STEP = re.compile(r"\d+\+\d+(?:\+\d+)?=(\d+)")
+"""One written column sum, e.g. '4+8+1=13'; group 1 is its sum."""
+
+
+def sum_of_steps(steps: list[str]) -> int | None:
+    """The number written column sums spell, rightmost column first: the last sum whole, then the other sums'
+    last digits. Example: ['7+5=12', '4+8+1=13', '0+3+1=4'] -> 432; ['7+5=12', '4+8+1=13'] -> 132; a step that
+    is not a column sum -> None."""
+    sums = [STEP.fullmatch(s) for s in steps]
+    if not sums or not all(sums):
+        return None
+    *rest, last = (int(m.group(1)) for m in sums)
+    return int(str(last) + "".join(str(v % 10) for v in reversed(rest)))
+
+
 def column_steps_reward(prompts, completions, question, **kwargs) -> list[float]:
     """Share of the `<think>` column sums that match the problem's own worked sum (a process check).
 

@@ -44,7 +44,7 @@ if [ "$purpose" = test ]; then
   # Debian's chromium and its driver run the dashboard's browser tests (Selenium); without them those tests are
   # skipped, except in CI (CI=true), where a missing browser fails them.
   missing=""
-  command -v bwrap >/dev/null 2>&1 || missing="bubblewrap"
+  command -v bwrap >/dev/null 2>&1 || missing=" bubblewrap"
   if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
     missing="$missing chromium chromium-driver"
   fi

@@ -8,6 +8,7 @@ the code at build time, so they cannot drift from it.
 - api/: one page per room of aha (a top-level module or package), `::: module` for it and each of its modules,
   found by walking aha/ when the site is built: a new module appears in the reference by itself.
 - benchmarks.md and changelog.md: the repository's BENCHMARKS.md and CHANGELOG.md, with the files they link to.
+- `<!-- smoke: ... -->` above a code block (the shortened run tests/test_docs.py makes of it) is shown on the page.
 """
 
 from __future__ import annotations
@@ -102,10 +103,17 @@ def _escape(text: str) -> str:
 
 
 def config_classes() -> list[type]:
-    """Every config dataclass of aha.config.schema that is not only a base of others, in the file's order."""
-    from aha.config import schema
-    classes = [c for c in vars(schema).values()
-               if isinstance(c, type) and dataclasses.is_dataclass(c) and c.__module__ == schema.__name__]
+    """Every config dataclass of aha.config (schema.py, and any module added beside it) that is not only a base of
+    others, in the order of the files."""
+    import importlib
+    import pkgutil
+
+    import aha.config
+    classes = []
+    for info in pkgutil.iter_modules(aha.config.__path__, "aha.config."):
+        module = importlib.import_module(info.name)
+        classes += [c for c in vars(module).values() if isinstance(c, type) and dataclasses.is_dataclass(c)
+                    and c.__module__ == module.__name__ and c not in classes]
     bases = {b for c in classes for b in c.__mro__[1:]}
     return [c for c in classes if c not in bases]
 
@@ -209,8 +217,12 @@ def on_files(files: Files, config, **kwargs):
     return files
 
 
+SMOKE = re.compile(r"^<!-- smoke: (.*?) -->$", re.M)
+"""The overrides tests/test_docs.py runs a block with; shown on the site above the block they shorten."""
+
+
 def on_page_markdown(markdown: str, page, config, files, **kwargs):
     for marker, make in MARKERS.items():
         if marker in markdown:
             markdown = markdown.replace(marker, make())
-    return markdown
+    return SMOKE.sub(lambda m: f"*Tested by the suite with* `{m.group(1)}`\n", markdown)

@@ -105,7 +105,7 @@ CLI_STAGES = ("demo", "train", "sft", "eval", "sample", "dashboard")
 """Stages with a command of their own (the rest of aha.stages.STAGES run inside recipes)."""
 COMMANDS = {**{name: _stage_command(name) for name in CLI_STAGES}, "recipe": cmd_recipe, "models": cmd_models,
             "plot": cmd_plot, "examples": cmd_examples}
-USAGE = """usage: aha COMMAND [CONFIG.yaml] [key=value ...]
+USAGE = """usage: aha COMMAND [CONFIG.yaml] [key=value ...]      (aha --version: the installed version)
 
 commands:
   demo     the embedded default: tiny model, cold-start SFT, GRPO, before/after table
@@ -124,6 +124,10 @@ commands:
 def main(argv: list[str] | None = None) -> int:
     from .config import ConfigError
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] in (["--version"], ["-V"]):
+        from . import __version__
+        print(f"aha {__version__}")
+        return 0
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
         print(USAGE if not argv or argv[0] in ("-h", "--help") else f"unknown command '{argv[0]}'\n\n{USAGE}")
         return 0 if not argv or argv[0] in ("-h", "--help") else 2

@@ -41,6 +41,17 @@ SLOW_REWARD_S = 0.3
 """Sleep per reward call in the subprocess, so a signal lands well before the run would end."""
 
 
+def read_line(proc, timeout_s: float = SUBPROCESS_TIMEOUT_S) -> str:
+    """The subprocess's next stdout line, or a failure after timeout_s (a child that hangs before it prints must not
+    hang the suite)."""
+    import select
+    ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
+    if not ready:
+        proc.kill()
+        pytest.fail(f"no line from the subprocess within {timeout_s} s")
+    return proc.stdout.readline()
+
+
 def digit_share(prompts, completions, **kw):
     """Graded reward: share of digits in the completion (varies inside every group from step 1)."""
     return [sum(ch.isdigit() for ch in c) / max(len(c), 1) for c in completions]
@@ -663,7 +674,7 @@ def test_a_lock_left_by_a_killed_run_is_no_lock(tmp_path):
                                "    time.sleep(600)\n", str(run)],
         env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, text=True)
     try:
-        assert holder.stdout.readline() == "locked\n"
+        assert read_line(holder) == "locked\n"
         with pytest.raises(OutputDirInUseError, match=rf"in use by another aha run \(pid {holder.pid} on "):
             with lock_run_dir(run):
                 pass

@@ -231,22 +231,9 @@ def test_reward_kwargs_that_build_nothing_or_cannot_build_are_named(specs, kwarg
 
 
 # ------------------------------------------------------------------ rewards that fight their limits
-ROOT = Path(__file__).resolve().parents[1]
-PROMPTS = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a in range(10) for b in range(3)]
-SUBPROCESS_TIMEOUT_S = 180
-"""Longest wait for a subprocess (start-up imports torch, and `aha train` transformers and a model)."""
-
-
-def _digit_share(prompts, completions, **kw):
-    return [sum(ch.isdigit() for ch in c) / max(len(c), 1) for c in completions]
-
-
-def _grpo_args(run_dir, **kw):
-    from aha.config import GRPOConfig
-    base = dict(output_dir=str(run_dir), max_steps=2, num_generations=4, per_device_train_batch_size=8,
-                max_completion_length=8, learning_rate=1e-2, progress_bar=False, report_to=["jsonl"],
-                log_completions_steps=0, seed=0)
-    return GRPOConfig(**{**base, **kw})
+from test_faults import PROMPTS, ROOT, SUBPROCESS_TIMEOUT_S, read_line  # noqa: E402  (their one home)
+from test_faults import digit_share as _digit_share  # noqa: E402
+from test_faults import grpo_args as _grpo_args  # noqa: E402
 
 
 def _python(tmp_path, script: str) -> subprocess.Popen:
@@ -317,7 +304,7 @@ def test_a_second_stop_signal_ends_a_reward_that_swallows_it(tmp_path):
         score_completions([swallows], ["p"], ["c"], {{}})  # no time limit: only the stop can end it
         """)
     try:
-        assert proc.stdout.readline() == "in\n", _finish(proc, 1)
+        assert read_line(proc) == "in\n", _finish(proc, 1)
         proc.send_signal(signal.SIGTERM)
         time.sleep(0.3)
         start = time.monotonic()

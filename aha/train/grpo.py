@@ -30,6 +30,7 @@ from ..metrics import append_jsonl
 from ..models import context_length, setup_model
 from ..rewards import (check_columns, check_not_all_null, completion_text, get_reward, last_failure,
                        merge_reward_metrics, reward_name, score_groups)
+from ..rewards.scoring import needed_columns
 from ..rollout import HFEngine, SamplingParams
 from .learner import GRPOBatch, Learner, LossSums
 from .loop import PromptSampler, StreamSampler, Trainer, seed_everything
@@ -125,6 +126,8 @@ class GRPOTrainer(Trainer):
             reward_funcs if isinstance(reward_funcs, (list, tuple)) else [reward_funcs], args.reward_kwargs)
         if not self.reward_funcs:
             raise ValueError("no reward functions given")
+        self.required_columns = tuple(dict.fromkeys(c for f in self.reward_funcs for c in needed_columns(f)))
+        """Dataset columns the reward functions read: every row must have each (checked once per row, at load)."""
         w = args.reward_weights or [1.0] * len(self.reward_funcs)
         if len(w) != len(self.reward_funcs):
             raise ValueError(f"{len(w)} reward_weights for {len(self.reward_funcs)} reward functions")
@@ -174,12 +177,10 @@ class GRPOTrainer(Trainer):
         """The training rows, checked against the reward functions' columns: every row has each column they read
         (a row without one would only be counted in `reward/data_errors`). A streaming dataset's rows arrive as
         training reads them (StreamSampler): none is kept now, the first is checked now, each one as it is read."""
-        from ..rewards.scoring import needed_columns
-        required = tuple(dict.fromkeys(c for f in self.reward_funcs for c in needed_columns(f)))
         if not self.streaming:
             rows = load_rows(train_dataset, self.args.prompt_column)
             check_columns(self.reward_funcs, {k: None for k in rows[0]})
-            rows = [has_columns(r, i, required) for i, r in enumerate(rows)]
+            rows = [has_columns(r, i, self.required_columns) for i, r in enumerate(rows)]
             check_not_all_null(self.reward_funcs, rows)
             return rows
         if iter(train_dataset) is train_dataset:
@@ -227,9 +228,7 @@ class GRPOTrainer(Trainer):
     def _admit(self, i: int, row) -> None:
         """A row read from a streaming dataset: checked (the reward functions' columns too), encoded, kept until
         its step is done."""
-        from ..rewards.scoring import needed_columns
-        required = tuple(dict.fromkeys(c for f in self.reward_funcs for c in needed_columns(f)))
-        self.rows[i] = check_row(row, i, self.args.prompt_column, required)
+        self.rows[i] = check_row(row, i, self.args.prompt_column, self.required_columns)
         self.prompt_ids[i] = self._encode(i, self.rows[i])
 
     # ------------------------------------------------------------------ the step

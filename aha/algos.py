@@ -158,18 +158,19 @@ def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor
                 ) -> tuple[Tensor, dict[str, Tensor]]:
     """PPO clipped surrogate per token, [N,T], and clip indicators and ratios for metrics and records.
 
-    The ratio is pi/pi_old per token or per sequence (`level`, a RATIOS entry). Clip range is
+    `advantages` is per token, [N,T], or per sequence, [N] (the same value on each of its tokens). The ratio is
+    pi/pi_old per token or per sequence (`level`, a RATIOS entry), over the tokens of `mask`. Clip range is
     [1-epsilon, 1+epsilon_high] (clip-higher, DAPO); `delta` additionally caps the unclipped ratio from
     above (two-sided clip).
     Example: ratio 1.5, A=+1, eps 0.2 -> loss -min(1.5, 1.2) = -1.2, counted as clipped high.
     """
     N, T = logp.shape
-    assert old_logp.shape == (N, T) and mask.shape == (N, T) and advantages.shape == (N,)
+    assert old_logp.shape == (N, T) and mask.shape == (N, T) and advantages.shape in ((N,), (N, T))
     eps_high = epsilon if epsilon_high is None else epsilon_high
     mask = mask.to(logp.dtype)                                        # [N,T]
     log_ratio = get_ratio(level)(logp - old_logp, mask)               # [N,T]
     ratio = torch.exp(log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))  # [N,T]
-    adv = advantages.unsqueeze(-1)                                    # [N,1]
+    adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages  # [N,1] or [N,T]
     clipped = ratio.clamp(1 - epsilon, 1 + eps_high)                  # [N,T]
     unclipped = ratio.clamp(max=delta) if delta is not None else ratio  # [N,T]
     loss = -torch.min(unclipped * adv, clipped * adv)                 # [N,T]

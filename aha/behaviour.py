@@ -5,6 +5,12 @@ on every step.
 The "aha moment" of DeepSeek-R1 is the model starting to re-check its own work; `reflection_rate` watches for
 it. Language consistency is R1's: the share of the completion's words written in the prompt's language, here
 approximated by its script (Latin, Cyrillic, Han, ...), since scripts can be told apart without a model.
+
+A task whose completions check themselves in a format of its own (aha.tasks.checked: "check: ... ok / wait N")
+registers a parser under its marker word (`register_check_format`); a run whose reflection phrases hold that
+marker also gets what the checks did: corrections, whether a "wait" fixed or broke the answer, the accuracy of
+reflective and direct completions, and the empty reflections (a check or "wait" that verifies and changes nothing,
+what a reward paying for the words would teach).
 """
 
 from __future__ import annotations
@@ -12,7 +18,8 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Callable, Sequence
 
 DEFAULT_REFLECTION_PHRASES = ("wait", "let me re-check", "let me recheck", "let me check", "let me verify",
                               "let me reconsider", "actually", "i made a mistake", "on second thought", "hmm")
@@ -88,12 +95,61 @@ def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else math.nan
 
 
+@dataclass(frozen=True)
+class Reflection:
+    """What one completion's self-check did, as its task's parser reads it."""
+
+    reflects: bool
+    """A check step of any kind (confirming or correcting)."""
+    corrects: bool
+    """A correction: the completion says "wait"."""
+    first_right: bool | None
+    """The answer before any check was right (None: no first answer to read)."""
+    empty: bool
+    """A check or "wait" that neither re-derives the result nor concludes from it."""
+
+
+CHECK_FORMATS: dict[str, Callable[[str, str], Reflection]] = {}
+"""Marker word -> a task's parser of its check step: (prompt, completion) -> Reflection."""
+
+
+def register_check_format(marker: str, parse: Callable[[str, str], Reflection]) -> None:
+    CHECK_FORMATS[marker.lower()] = parse
+
+
+def check_parser(phrases: Sequence[str]) -> Callable[[str, str], Reflection] | None:
+    """The parser of the first registered marker among the run's reflection phrases (None: none is there)."""
+    wanted = {p.strip().lower() for p in phrases}
+    return next((parse for marker, parse in CHECK_FORMATS.items() if marker in wanted), None)
+
+
+def check_metrics(reflections: Sequence[Reflection], correct: Sequence[bool | None]) -> dict[str, float]:
+    """Per-completion shares of what the checks did; accuracy split by whether the completion reflected.
+
+    A "wait" fixed the answer when the first attempt was wrong and the final one right, broke it when the first
+    was right and the final wrong; both are shares of all completions (divide by correction_rate for the share
+    of corrections). `empty_reflection` is the share of completions whose reflection was empty."""
+    assert len(reflections) == len(correct), "one verdict per completion"
+    pairs = list(zip(reflections, correct))
+    fixed = [r.corrects and r.first_right is False and c is True for r, c in pairs]
+    broke = [r.corrects and r.first_right is True and c is False for r, c in pairs]
+    return {
+        "behaviour/correction_rate": _mean([float(r.corrects) for r in reflections]),
+        "behaviour/wait_fixed_rate": _mean([float(f) for f in fixed]),
+        "behaviour/wait_broke_rate": _mean([float(b) for b in broke]),
+        "behaviour/empty_reflection": _mean([float(r.empty) for r in reflections]),
+        "behaviour/accuracy/reflective": _mean([float(c) for r, c in pairs if r.reflects and c is not None]),
+        "behaviour/accuracy/direct": _mean([float(c) for r, c in pairs if not r.reflects and c is not None]),
+    }
+
+
 def behaviour_metrics(prompts: Sequence[str], texts: Sequence[str], lengths: Sequence[int],
                       correct: Sequence[bool | None], phrases: Sequence[str]) -> dict[str, float]:
     """behaviour/* metrics of one step's N completions.
 
     `lengths` are completion tokens; `correct` is None where correctness is unknown (left out of the
-    correct/incorrect splits). A split with no completion is NaN, never 0.
+    correct/incorrect splits). A split with no completion is NaN, never 0. When `phrases` hold a registered
+    check marker, the check metrics of its task's format join them (`check_metrics`).
     """
     assert len(prompts) == len(texts) == len(lengths) == len(correct), "one prompt, length and verdict per text"
     counts = count_phrases(texts, phrases)
@@ -102,6 +158,8 @@ def behaviour_metrics(prompts: Sequence[str], texts: Sequence[str], lengths: Seq
     wrong = [i for i, c in enumerate(correct) if c is False]
     consistency = [v for v in map(language_consistency, prompts, texts) if v is not None]
     tokens = sum(lengths)
+    parse = check_parser(phrases)
+    checks = check_metrics([parse(p, t) for p, t in zip(prompts, texts)], correct) if parse else {}
     return {
         "behaviour/reflection_rate": _mean([float(r) for r in reflects]),
         "behaviour/reflection_rate/correct": _mean([float(reflects[i]) for i in right]),
@@ -110,4 +168,24 @@ def behaviour_metrics(prompts: Sequence[str], texts: Sequence[str], lengths: Seq
         "behaviour/len_correct": _mean([float(lengths[i]) for i in right]),
         "behaviour/len_incorrect": _mean([float(lengths[i]) for i in wrong]),
         "behaviour/lang_consistency": _mean(consistency),
+        **checks,
     }
+
+
+def first_fixes(rows: Sequence[dict]) -> dict:
+    """For each held-out problem, the first evaluation step at which a "wait" fixed it (`corrects`, first answer
+    wrong, final answer right) after an earlier evaluation answered it wrong: the aha moment of one problem.
+    `rows` are held_out.jsonl's ({step, id, correct, corrects, first_right}); problems never so fixed are absent.
+
+    >>> first_fixes([{"step": 0, "id": 7, "correct": False}, {"step": 20, "id": 7, "correct": True,
+    ...              "corrects": True, "first_right": False}])
+    {7: 20}
+    """
+    wrong_before, out = set(), {}
+    for r in sorted(rows, key=lambda r: r["step"]):
+        fixed = r.get("corrects") and r.get("first_right") is False and r.get("correct")
+        if fixed and r["id"] in wrong_before and r["id"] not in out:
+            out[r["id"]] = r["step"]
+        if not r.get("correct"):
+            wrong_before.add(r["id"])
+    return out

@@ -17,7 +17,7 @@ import math
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 
@@ -165,9 +165,10 @@ def _generate(model, tokenizer, rows, n, params, batch_size, seed, desc, progres
 
 
 def _sampled_metrics(task: Task, verifier, rows: list[dict], texts: list[str], records: list[dict], k: list[int],
-                     n_samples: int, seed: int) -> dict:
-    """pass@k and maj@k of n_samples completions per row (prompt-major), with their undecided counts; each
-    problem's record gets `samples_correct`, `samples_undecided` and `maj` ({k: True, False or None})."""
+                     n_samples: int, seed: int) -> tuple[dict, list[bool | None]]:
+    """pass@k and maj@k of n_samples completions per row (prompt-major), with their undecided counts, and the
+    verdict on each completion; each problem's record gets `samples_correct`, `samples_undecided` and `maj`
+    ({k: True, False or None})."""
     from .stats import bootstrap, wilson
     sampled, counters = _score(task, verifier, rows, texts, n_samples)
     read = _answer_reader(task, verifier)
@@ -188,14 +189,16 @@ def _sampled_metrics(task: Task, verifier, rows: list[dict], texts: list[str], r
             out[f"maj@{kk}"], out[f"maj@{kk}_ci95"] = wins / len(rows), list(wilson(wins, len(rows)))
             out[f"maj@{kk}/undecided"] = sum(r["maj"][kk] is None for r in records)
     out.update({"n_samples": n_samples, "samples/undecided": sum(r["samples_undecided"] for r in records)})
-    return {**out, **{f"samples/{key}": value for key, value in counters.items()}}
+    return {**out, **{f"samples/{key}": value for key, value in counters.items()}}, sampled
 
 
 def evaluate(model, tokenizer, task: Task, rows: list[dict], k: list[int] = (1,), n_samples: int = 0,
              temperature: float = 0.7, top_p: float = 1.0, max_new_tokens: int | None = None,
-             batch_size: int = 256, seed: int = 0, progress: bool = False) -> tuple[dict, list[dict]]:
+             batch_size: int = 256, seed: int = 0, progress: bool = False,
+             keep_samples: bool = False) -> tuple[dict, list[dict]]:
     """(summary metrics, per-problem records) for `rows` of `task`. An undecided verdict counts as not correct;
-    the summary counts them (`undecided`, `samples/undecided`, `maj@k/undecided`, the verifier's `reward/*`)."""
+    the summary counts them (`undecided`, `samples/undecided`, `maj@k/undecided`, the verifier's `reward/*`).
+    With `keep_samples` each record also holds its sampled completions (`samples`: text, len, correct)."""
     from .rollout import SamplingParams
     from .stats import wilson
     if n_samples and max(k) > n_samples:
@@ -217,13 +220,17 @@ def evaluate(model, tokenizer, task: Task, rows: list[dict], k: list[int] = (1,)
     summary.update({"len_mean": sum(glen) / len(glen), "num_problems": len(rows)})
     sent = [tokenizer.decode(encode_prompt(tokenizer, r["prompt"])) for r in rows]
     records = [{"id": r.get("id", i), "prompt": p, "answer": r.get("answer"), "greedy": g, "greedy_correct": c,
-                "greedy_undecided": v is None}
-               for i, (r, p, g, c, v) in enumerate(zip(rows, sent, greedy, ok, verdicts))]
+                "greedy_undecided": v is None, "greedy_len": n}
+               for i, (r, p, g, c, v, n) in enumerate(zip(rows, sent, greedy, ok, verdicts, glen))]
     summary.update(counters)
     if n_samples:
-        texts, _ = _generate(model, tokenizer, rows, n_samples, SamplingParams(temperature, top_p, 0, budget),
-                             batch_size, seed, f"samples x{n_samples}", progress)
-        summary.update(_sampled_metrics(task, verifier, rows, texts, records, k, n_samples, seed))
+        texts, lens = _generate(model, tokenizer, rows, n_samples, SamplingParams(temperature, top_p, 0, budget),
+                                batch_size, seed, f"samples x{n_samples}", progress)
+        sampled_summary, sampled = _sampled_metrics(task, verifier, rows, texts, records, k, n_samples, seed)
+        summary.update(sampled_summary)
+        kept = [{"text": t, "len": n, "correct": v} for t, n, v in zip(texts, lens, sampled)] if keep_samples else []
+        for i, rec in enumerate(records if keep_samples else []):
+            rec["samples"] = kept[i * n_samples:(i + 1) * n_samples]
     summary["note"] = UNDECIDED_NOTE
     summary["seconds"] = time.perf_counter() - t0
     return summary, records
@@ -236,17 +243,35 @@ ANSWER_CHARS = 400
 """Longest answer text kept."""
 
 
-def make_eval_fn(task: Task, rows: list[dict], max_new_tokens: int | None = None, batch_size: int = 256):
+def greedy_behaviour(records: list[dict], phrases: Sequence[str]) -> tuple[dict[str, float], list[dict]]:
+    """aha.behaviour's metrics of the greedy answers in `records`, and what each answer's reflection did:
+    `reflects` (a reflection phrase), and where the phrases hold a registered check marker, the check's parse
+    (`reflects`, `corrects`, `first_right`, `empty`)."""
+    from .behaviour import behaviour_metrics, check_parser, count_phrases
+    prompts, texts = [r["prompt"] for r in records], [r["greedy"] for r in records]
+    verdicts = [None if r["greedy_undecided"] else bool(r["greedy_correct"]) for r in records]
+    metrics = behaviour_metrics(prompts, texts, [r["greedy_len"] for r in records], verdicts, phrases)
+    parse = check_parser(phrases)
+    marks = [asdict(parse(p, t)) if parse else {"reflects": n > 0}
+             for p, t, n in zip(prompts, texts, count_phrases(texts, phrases))]
+    return metrics, marks
+
+
+def make_eval_fn(task: Task, rows: list[dict], max_new_tokens: int | None = None, batch_size: int = 256,
+                 shown: int = HELD_OUT_SHOWN, phrases: Sequence[str] | None = None):
     """Greedy held-out accuracy as a trainer hook: (model, tokenizer) -> metrics. After each call,
-    `eval_fn.answers` holds the greedy answers to the first HELD_OUT_SHOWN problems."""
+    `eval_fn.answers` holds the greedy answers to the first `shown` problems. With reflection `phrases`, the
+    greedy answers' behaviour metrics join the accuracy (`behaviour/...`) and each kept answer says what its
+    reflection did (`greedy_behaviour`)."""
     def eval_fn(model, tokenizer) -> dict:
         summary, records = evaluate(model, tokenizer, task, rows, max_new_tokens=max_new_tokens, batch_size=batch_size)
+        behaviour, marks = greedy_behaviour(records, phrases) if phrases else ({}, [{}] * len(records))
         eval_fn.answers = [{"id": r["id"], "prompt": r["prompt"], "answer": r["answer"],
-                            "greedy": r["greedy"][:ANSWER_CHARS], "correct": bool(r["greedy_correct"])}
-                           for r in records[:HELD_OUT_SHOWN]]
-        return {k: v for k, v in summary.items()
-                if k in ("accuracy", "undecided", "format_frac", "final_number_accuracy", "len_mean")
-                or k.startswith("accuracy/")}
+                            "greedy": r["greedy"][:ANSWER_CHARS], "correct": bool(r["greedy_correct"]), **m}
+                           for r, m in list(zip(records, marks))[:shown]]
+        return {**{k: v for k, v in summary.items()
+                   if k in ("accuracy", "undecided", "format_frac", "final_number_accuracy", "len_mean")
+                   or k.startswith("accuracy/")}, **behaviour}
     eval_fn.answers = []
     return eval_fn
 

@@ -41,20 +41,24 @@ def grpo_trainer(cfg: config.GRPOConfig):
     from .data import load_rows
     from .train.grpo import GRPOTrainer
     task = _task(cfg.task)
-    if cfg.dataset:
-        data = load_rows(cfg.dataset, cfg.prompt_column)
+    if cfg.dataset:  # an environment's rows may hold no prompt (its reset writes it): the trainer reads those
+        data = cfg.dataset if cfg.environment else load_rows(cfg.dataset, cfg.prompt_column)
     elif task:
         data = task.load("train")
+    elif cfg.environment:
+        data = None  # the environment owns the data, as TRL's environment_factory without a train_dataset
     else:
-        raise ValueError("GRPO needs training data: set `task` or `dataset`")
+        raise ValueError("GRPO needs training data: set `task`, `dataset` or `environment`")
     if cfg.reward_funcs:
         rewards = cfg.reward_funcs
     elif task:
         rewards = task.rewards()
         if cfg.reward_weights is None and task.reward_weights:  # the task's weights are part of the effective config
             cfg = dataclasses.replace(cfg, reward_weights=list(task.reward_weights))
+    elif cfg.environment:
+        rewards = []  # the environment's get_reward (the trainer refuses an environment without one)
     else:
-        raise ValueError("GRPO needs reward functions: set `reward_funcs` or `task`")
+        raise ValueError("GRPO needs reward functions: set `reward_funcs`, `task` or an `environment` with get_reward")
     eval_fn = _eval_hook(task, cfg) if cfg.eval_steps else None
     return GRPOTrainer(model=cfg.model, reward_funcs=rewards, args=cfg, train_dataset=data, eval_fn=eval_fn)
 
@@ -128,7 +132,8 @@ class Stage(NamedTuple):
 
 
 STAGES: dict[str, Stage] = {
-    "demo": Stage(config.DemoConfig, run_demo, "the embedded default: tiny model, cold-start SFT, GRPO, before/after"),
+    "demo": Stage(config.DemoConfig, run_demo, "the embedded default: tiny model, cold-start SFT, GRPO, before/after",
+                  positional="variant"),
     "train": Stage(config.GRPOConfig, run_grpo, "GRPO training", makes_model=True),
     "grpo": Stage(config.GRPOConfig, run_grpo, "GRPO training (the name recipes use)", makes_model=True),
     "sft": Stage(config.SFTConfig, run_sft, "supervised fine-tuning", makes_model=True),

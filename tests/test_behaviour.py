@@ -130,3 +130,49 @@ def test_group_records_show_the_clip_of_a_second_pass(tiny_dir, tmp_path):
 def test_group_records_stop_at_their_size_cap(tiny_dir, tmp_path, caplog):
     _, _, groups = _run(tiny_dir, tmp_path, log_groups_max_mb=0.0001)  # 100 bytes: not even one group
     assert groups == [] and "reached its cap" in caplog.text
+
+
+def test_check_metrics_by_hand():
+    from aha.behaviour import Reflection, check_metrics
+    R = Reflection
+    reflections = [R(False, False, True, False),   # direct, right
+                   R(False, False, False, False),  # direct, wrong
+                   R(True, False, True, False),    # confirmed, right
+                   R(True, True, False, False),    # wait: wrong -> right (fixed)
+                   R(True, True, True, False),     # wait: right -> wrong (broke)
+                   R(True, True, True, True),      # an empty wait, answer unknown
+                   R(True, False, None, True)]     # an empty check, wrong
+    correct = [True, False, True, True, False, None, False]
+    m = check_metrics(reflections, correct)
+    assert m["behaviour/correction_rate"] == pytest.approx(3 / 7)
+    assert m["behaviour/wait_fixed_rate"] == pytest.approx(1 / 7)
+    assert m["behaviour/wait_broke_rate"] == pytest.approx(1 / 7)
+    assert m["behaviour/empty_reflection"] == pytest.approx(2 / 7)
+    assert m["behaviour/accuracy/reflective"] == pytest.approx(2 / 4)  # of 2, 3, 4, 6 (5 is unknown)
+    assert m["behaviour/accuracy/direct"] == pytest.approx(1 / 2)
+    assert math.isnan(check_metrics([R(False, False, True, False)], [True])["behaviour/accuracy/reflective"])
+
+
+def test_a_tasks_check_format_joins_the_metrics_only_when_its_marker_is_a_phrase():
+    import aha.tasks  # noqa: F401  (registers add_check's check format under "check")
+    from aha.tasks.checked import checked_solution
+    texts = [checked_solution(47, 385, k) for k in ("direct", "confirm", "correct")] + \
+        ["<think>7+5=12 4+8=12 0+3=3 so 432 wait</think><answer>432</answer>"]
+    args = (["47+385"] * 4, texts, [10] * 4, [True] * 4)
+    assert not any("empty_reflection" in k for k in behaviour_metrics(*args, PHRASES))
+    m = behaviour_metrics(*args, [*PHRASES, "check"])
+    assert m["behaviour/reflection_rate"] == pytest.approx(3 / 4)  # "check" or "wait": a reflection of any kind
+    assert m["behaviour/correction_rate"] == pytest.approx(2 / 4)
+    assert m["behaviour/empty_reflection"] == pytest.approx(1 / 4)
+    assert m["behaviour/wait_fixed_rate"] == pytest.approx(1 / 4) and m["behaviour/wait_broke_rate"] == 0.0
+
+
+def test_first_fixes_finds_the_step_a_wait_first_fixed_a_problem_answered_wrong_before():
+    from aha.behaviour import first_fixes
+    wait_fix = {"correct": True, "corrects": True, "first_right": False}
+    rows = [{"step": 0, "id": 1, "correct": False}, {"step": 20, "id": 1, "correct": False},
+            {"step": 40, "id": 1, **wait_fix}, {"step": 60, "id": 1, **wait_fix},   # first fixed at 40
+            {"step": 0, "id": 2, **wait_fix},                                       # fixed, but never wrong before
+            {"step": 0, "id": 3, "correct": False}, {"step": 20, "id": 3, "correct": True},  # right without a wait
+            {"step": 20, "id": 4, "correct": True, "corrects": True, "first_right": True}]   # a wait, nothing fixed
+    assert first_fixes(list(reversed(rows))) == {1: 40}

@@ -282,6 +282,65 @@ def test_held_out_and_groups_carry_the_question(client, tmp_path):
     assert client.get("/api/groups?run=a").json()["groups"][0]["prompt_text"] == "1+1="
 
 
+
+def _held_out_row(step, pid, greedy, correct, first_right, corrects, prompt="<|im_start|>user\n47+385<|im_end|>\n"):
+    """One held_out.jsonl line of `aha demo aha` (aha.eval.make_eval_fn's answer with its check's parse)."""
+    return {"step": step, "id": pid, "prompt": prompt, "answer": "432", "greedy": greedy, "correct": correct,
+            "reflects": corrects or first_right is not None, "corrects": corrects, "first_right": first_right,
+            "empty": False}
+
+
+WRONG = "<think>7+5=12 4+8=12 0+3=3 so 422</think><answer>422</answer>"
+FIXED = "<think>7+5=12 4+8=12 0+3=3 so 422 check: 7+5=12 4+8+1=13 0+3+1=4 wait 432</think><answer>432</answer>"
+
+
+def test_the_aha_moment_is_the_first_wait_that_fixes_a_problem_answered_wrong_before(tmp_path):
+    """The rule of summary.json's fixed_by_reflection (aha.behaviour.first_fixes), with the last wrong answer before."""
+    from aha.dashboard.runs import aha_moments
+    rows = [_held_out_row(0, 7, WRONG, False, False, False), _held_out_row(0, 8, "432", True, True, False),
+            _held_out_row(20, 7, WRONG, False, False, False),
+            _held_out_row(20, 8, FIXED, True, False, True),     # fixed by a wait, but right at the evaluation before
+            _held_out_row(40, 7, FIXED, True, False, True),     # wrong at 20, fixed by a wait at 40: the moment
+            _held_out_row(60, 7, FIXED, True, False, True)]     # fixed again: not a new moment
+    path = tmp_path / "held_out.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows[::-1]))  # in any order
+    got = aha_moments(path)
+    assert got == {"checked": True, "moments": [
+        {"id": 7, "prompt_text": "47+385", "answer": "432", "step": 40, "before": {"step": 20, "greedy": WRONG},
+         "after": {"step": 40, "greedy": FIXED}}]}
+    right_then = [_held_out_row(0, 7, WRONG, False, False, False), _held_out_row(20, 7, "432", True, True, False),
+                  _held_out_row(40, 7, FIXED, True, False, True),  # wrong two evaluations before: still its moment
+                  _held_out_row(20, 9, WRONG, False, False, False),
+                  _held_out_row(40, 9, "432 wait 432", True, True, True)]  # right first: the wait fixed nothing
+    path.write_text("".join(json.dumps(r) + "\n" for r in right_then))
+    assert [(m["id"], m["step"], m["before"]) for m in aha_moments(path)["moments"]] == [
+        (7, 40, {"step": 0, "greedy": WRONG})]
+    path.write_text("".join(json.dumps(r) + "\n" for r in right_then[3:]))
+    assert aha_moments(path) == {"checked": True, "moments": []}
+    path.write_text(json.dumps({"step": 0, "id": 1, "prompt": "1+1", "greedy": "2", "correct": True}) + "\n")
+    assert aha_moments(path) == {"checked": False, "moments": []}  # answers that do not say what a check did
+    assert aha_moments(None) == {"checked": False, "moments": []} == aha_moments(tmp_path / "absent.jsonl")
+
+
+def test_the_aha_api_answers_the_moments_and_groups_carry_an_episodes_turns(client, tmp_path):
+    run = tmp_path / "runs" / "a"
+    (run / "held_out.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (
+        _held_out_row(0, 7, WRONG, False, False, False), _held_out_row(10, 7, FIXED, True, False, True))))
+    moments = client.get("/api/aha?run=a").json()["moments"]
+    assert moments["checked"] and [(m["id"], m["step"], m["before"]["greedy"]) for m in moments["moments"]] == [
+        (7, 10, WRONG)]
+    episode = {**GROUP["completions"][1], "prompt": [{"role": "user", "content": "Count to 3. Reach 3."}],
+               "turns": [{"role": "assistant", "start": 0, "end": 1, "text": "3",
+                          "tool_calls": [{"name": "inc", "arguments": {"step": 1}, "error": None}]},
+                         {"role": "tool", "start": 1, "end": 2,
+                          "calls": [{"name": "inc", "outcome": "ok", "content": "1"}]}],
+               "finish": "stop"}
+    episode["tokens"] = {**episode["tokens"], "piece": ["3", "1"], "model": [1, 0]}
+    (run / "groups.jsonl").write_text(json.dumps({**GROUP, "completions": [episode]}) + "\n")
+    got = client.get("/api/groups?run=a").json()["groups"][0]["completions"][0]
+    assert got["turns"] == episode["turns"] and got["tokens"]["model"] == [1, 0] and got["finish"] == "stop"
+    assert got["prompt_text"] == "Count to 3. Reach 3."  # the episode's own prompt, after its environment's reset
+
 def test_learn_advantages_explain_every_estimator_and_give_an_equal_group_zero(client):
     got = client.post("/api/learn/advantages", json={"rewards": [1.6] * 8}).json()
     assert all(v == [0.0] * 8 for v in got["advantages"].values()) and got["std"] == 0.0

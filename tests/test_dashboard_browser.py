@@ -614,3 +614,101 @@ def test_every_learn_number_is_computed_by_aha_algos_on_the_server(driver, site)
         assert len(shown) >= 5, panel
         for v in shown:
             assert any(abs(v - k) < 1e-9 for k in known), (panel, v)  # shown exactly as the server computed it
+
+
+# ---------------------------------------------------------------- an agent's episodes; the aha moment
+def _list_then_read(context):
+    """Sample 0 lists the top folder, then reads a file that is not there (a tool that raises), then answers; sample 1
+    lists "tmp" and answers: episodes of different lengths, so their rewards differ and both are trained."""
+    calls = context.count("<|im_start|>tool")
+    if calls == 0:
+        path = "tmp" if "[sample 1]" in context else "."
+        return f'<tool_call>\n{{"name": "list_dir", "arguments": {{"path": "{path}"}}}}\n</tool_call>'
+    if calls == 1 and '"path": "."' in context:
+        return '<tool_call>\n{"name": "read_file", "arguments": {"path": "missing.txt"}}\n</tool_call>'
+    return "done"
+
+
+def _agent_run(tiny_dir, path):
+    """One GRPO step of the tiny model on two filesystem tasks, its turns scripted (tests/scripted.py): a real
+    groups.jsonl of multi-turn episodes in about a second."""
+    from aha import GRPOConfig, GRPOTrainer
+    from aha.envs.filesystem import FilesystemEnv, make_tasks
+    from scripted import ScriptedAgentEngine
+    rows = [{"prompt": r["prompt"], "fs": r["fs"]} for r in make_tasks("train", 2, seed=0)]
+    args = GRPOConfig(output_dir=str(path), max_steps=1, num_generations=2, per_device_train_batch_size=4,
+                      max_completion_length=512, learning_rate=1e-2, progress_bar=False, report_to=["jsonl"],
+                      log_completions_steps=0, log_groups_steps=1, seed=0)
+    turns = lambda completions, **kw: [float(len(c)) for c in completions]  # noqa: E731  (messages per episode)
+    GRPOTrainer(model=tiny_dir, reward_funcs=[turns], train_dataset=rows, environment_factory=FilesystemEnv, args=args,
+                engine_factory=lambda m, tk, b: ScriptedAgentEngine(m, tk, b, script=_list_then_read)).train()
+    import json
+    return [json.loads(line) for line in (path / "groups.jsonl").read_text().splitlines()]
+
+
+def test_groups_show_an_agents_episode_turn_by_turn_with_its_tool_tokens_read_not_trained(driver, site, tiny_dir):
+    _own_runs()
+    groups = _agent_run(tiny_dir, ROOT["path"] / "x_agent")
+    open_page(driver, site, "groups?run=x_agent&step=1")
+    wait_for(lambda: len(driver.find_elements("css selector", ".group")) == 2, what="two groups")
+    first = driver.find_elements("css selector", ".group[data-group='0'] .completion")[0]  # best first: two calls
+    heads = [h.text for h in first.find_elements("css selector", ".turn .turn-head")]
+    assert len(heads) == 5 and 'list_dir({"path":"."})' in heads[0] and "read_file" in heads[2]
+    assert "list_dir → ok" in heads[1] and "read_file → raised" in heads[3] and "no file missing.txt" in heads[3]
+    assert "no tool call" in heads[4] and "finish stop" in first.text
+    masked = sum(k == 0 for g in groups for c in g["completions"] for k in c["tokens"]["model"])
+    styles = driver.execute_script("return [...document.querySelectorAll('.completion .tok.masked')].map(s => "
+                                   "[s.style.background, getComputedStyle(s).color, s.closest('.turn').className])")
+    assert masked > 0 and len(styles) == masked  # every tool token, and only those, is marked
+    assert {(bg, turn) for bg, _, turn in styles} == {("", "turn tool")} and styles[0][1] == "rgb(148, 163, 184)"
+    trained = driver.find_elements("css selector", ".turn.model .tok.trained")
+    assert trained and all(t.get_attribute("style").startswith("background") for t in trained)
+    assert "tool tokens: read, not trained" in driver.find_element("id", "masked-legend").text
+    next(t for t in driver.find_elements("css selector", ".completion .tok.masked") if t.text.strip()).click()
+    assert "not trained" in driver.find_element("id", "token-detail").text
+    open_page(driver, site, "groups?run=tiny")  # a single-turn run shows as before: one run of tokens per answer
+    pieces = wait_for(lambda: driver.execute_script("return document.querySelectorAll('.completion .tokens').length"),
+                      what="the tiny run's groups")
+    assert pieces == len(driver.find_elements("css selector", ".completion"))
+    assert not driver.find_elements("css selector", ".turn, .tok.masked, #masked-legend")
+    assert not console_errors(driver)
+
+
+def _check_run(path, held_out):
+    """A synthetic `aha demo aha` run: behaviour metrics each step, held-out greedy ones every 10 steps."""
+    rates = ("reflection_rate", "correction_rate", "wait_fixed_rate", "wait_broke_rate", "empty_reflection",
+             "accuracy/reflective", "accuracy/direct")
+    held = lambda s: {"eval/accuracy": 0.6 + s / 100, **{f"eval/behaviour/{k}": 0.02 * s for k in rates}}  # noqa: E731
+    rows = [{"step": s, **({f"behaviour/{k}": 0.01 * s + 0.1 * i for i, k in enumerate(rates)} if s else {}),
+             "completion/len_mean": 24 - s / 10, **(held(s) if s % 10 == 0 else {})} for s in range(0, 21)]
+    return _write_run(path, rows, held_out=held_out, config="num_generations: 8\nreflection_phrases: [wait, check]\n")
+
+
+def test_the_aha_tracker_draws_what_the_checks_did_and_shows_the_moment_side_by_side(driver, site, shots):
+    _own_runs()
+    from test_dashboard import FIXED, WRONG, _held_out_row
+    _check_run(ROOT["path"] / "x_moment", [_held_out_row(0, 7, WRONG, False, False, False),
+                                           _held_out_row(10, 7, WRONG, False, False, False),
+                                           _held_out_row(20, 7, FIXED, True, False, True)])
+    open_page(driver, site, "aha?run=x_moment")
+    before = wait_for(lambda: driver.find_elements("css selector", "#aha-moment pre.before"), what="the moment")[0]
+    after = driver.find_element("css selector", "#aha-moment pre.after")
+    assert before.text == WRONG and after.text == FIXED
+    b, a = before.rect, after.rect
+    assert b["x"] + b["width"] <= a["x"] and abs(b["y"] - a["y"]) < 5  # side by side
+    marks = driver.find_elements("css selector", "#aha-moment pre.after mark.reflect")
+    assert [m.text for m in marks] == ["check", "wait"]  # the run's reflection phrases, marked
+    assert "wrong at step 10, fixed by a “wait” at step 20" in driver.find_element("id", "aha-moment").text
+    for metric in ("reflection_rate", "correction_rate", "wait_fixed_rate", "wait_broke_rate", "empty_reflection"):
+        got = _chart(driver, f"check/{metric}")
+        assert got["series"][1:] == ["sampled", "held-out greedy"], metric
+        assert got["data"][2][10] == pytest.approx(0.2) and got["data"][2][5] is None  # held-out: each evaluation
+    assert len(_chart(driver, "check/accuracy")["series"]) == 5  # step, then reflective and direct, each twice
+    assert _chart(driver, "check/eval_accuracy")["data"][1][20] == pytest.approx(0.8)
+    driver.save_screenshot(str(shots / "aha_moment.png"))
+    _check_run(ROOT["path"] / "x_no_moment", [_held_out_row(s, 7, WRONG, False, False, False) for s in (0, 10, 20)])
+    open_page(driver, site, "aha?run=x_no_moment")
+    note = wait_for(lambda: driver.find_elements("id", "no-moment"), what="the note")[0]
+    assert "No held-out problem was fixed by a reflection in this run" in note.text
+    assert not driver.find_elements("id", "aha-moment") and _chart(driver, "check/correction_rate")
+    assert not console_errors(driver)

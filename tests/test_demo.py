@@ -67,3 +67,54 @@ def test_cold_start_ends_at_its_target_accuracy(tmp_path):
     trainer = SFTTrainer(args=args, train_dataset=rows, eval_fn=dev_accuracy, callbacks=[StopAtAccuracy(0.25)])
     trainer.train()
     assert trainer.step_count == 6 and seen == [0.0, 0.1, 0.2, 0.3]  # checks at steps 0, 2, 4, 6
+
+
+SMOKE = ["size=tiny", "sft_examples=64", "sft_steps=3", "sft_batch=8", "grpo_steps=2", "prompts_per_step=2",
+         "num_generations=2", "eval_problems=8", "eval_every=1", "eval_during=4", "progress_bar=false"]
+"""A demo at toy scale: seconds, not minutes."""
+
+
+def test_demo_variants_are_named_after_the_command_and_their_settings_are_their_own(capsys):
+    import importlib
+
+    from aha.config import DemoConfig
+    from aha.demo import VARIANTS
+    assert DemoConfig().output_dir == "runs/demo" and DemoConfig(variant="aha").output_dir == "runs/demo_aha"
+    assert DemoConfig(variant="aha", output_dir="x").output_dir == "x"
+    assert DemoConfig().sft_target == 0.25 and DemoConfig(variant="aha").sft_target == 0.5  # the variant's default
+    assert DemoConfig(variant="aha", sft_target=0.3).sft_target == 0.3 and DemoConfig(sft_target=0).sft_target == 0
+    assert all(callable(importlib.import_module(f"aha.demo.{v.module}").run) for v in VARIANTS.values())
+    assert main(["demo", "nosuch"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown demo 'nosuch'; valid: [" in err and "'aha'" in err  # every name, listed
+    assert main(["demo", "reflect_share=0.2"]) == 2  # read by `aha demo aha` only: an error, not a silent no-op
+    assert "reflect_share is a setting of `aha demo aha`, not of `aha demo`" in capsys.readouterr().err
+
+
+def test_aha_demo_measures_reflection_before_and_after_and_keeps_what_the_tracker_needs(tmp_path, capsys):
+    out = tmp_path / "aha"
+    assert main(["demo", "aha", f"output_dir={out}", *SMOKE, "held_out_samples=2"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    for key in ("sft_accuracy", "grpo_accuracy", "gain_points_ci95", "sft_reflection_rate", "grpo_reflection_rate",
+                "reflection_gain_ci95", "sft_reflection_rate_sampled", "grpo_reflection_rate_ci95",
+                "grpo_corrected_rate", "behaviour", "fixed_by_reflection"):
+        assert key in summary, key
+    assert summary["reflect_share"] == 0.05 and summary["steps"] == 2
+    assert "NaN" not in (out / "summary.json").read_text()  # a split with no completion is null: JSON a browser reads
+    assert set(summary["behaviour"]) == {"sft_greedy", "sft_sampled", "grpo_greedy", "grpo_sampled"}
+    metrics = (out / "grpo" / "metrics.jsonl").read_text()
+    assert '"behaviour/empty_reflection"' in metrics and '"eval/behaviour/reflection_rate"' in metrics
+    held = [json.loads(line) for line in (out / "grpo" / "held_out.jsonl").read_text().splitlines()]
+    assert sorted({r["step"] for r in held}) == [0, 1, 2] and len(held) == 3 * 4  # every in-training problem
+    assert all({"id", "answer", "greedy", "correct", "reflects", "corrects", "first_right", "empty"} <= set(r)
+               for r in held)
+    assert "| held-out completions | reflection |" in (out / "results.md").read_text()
+    assert "problems answered wrong were later fixed" in (out / "results.md").read_text()
+    assert (out / "aha.png").is_file() and f"aha dashboard runs_root={tmp_path}" in capsys.readouterr().out
+    # an arm that differs only after the cold start starts from this run's, here the one that pays for "wait"
+    arm = tmp_path / "wait"
+    assert main(["demo", "aha", f"output_dir={arm}", *SMOKE, f"sft_model={out / 'sft' / 'model'}",
+                 "wait_reward=0.5", "held_out_samples=0"]) == 0
+    again = json.loads((arm / "summary.json").read_text())
+    assert again["sft_steps"] == 0 and again["sft_accuracy"] == summary["sft_accuracy"] and not (arm / "base").exists()
+    assert "reward_weights:\n- 1.0\n- 0.1\n- 0.5" in (arm / "grpo" / "config.yaml").read_text()

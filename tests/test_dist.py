@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from aha.config import ConfigError, GRPOConfig
-from aha.rollout import Rollout
 from aha.train.grpo import GRPOTrainer
 from aha.train.loop import PromptSampler
+from scripted import CounterEnv, ScriptedAgentEngine, ScriptedEngine
 
 ray = pytest.importorskip("ray")
 
@@ -31,24 +31,6 @@ def digit_share(prompts, completions, **kw):
 def slow_digit_share(prompts, completions, **kw):
     time.sleep(0.6)  # long enough that a kill lands while a call is in flight
     return digit_share(prompts, completions)
-
-
-class ScriptedEngine:
-    """An Engine whose completions depend only on the prompt and the sample's index: the same rollouts in
-    every process, so two paths can be compared on identical data. `delay` keeps calls in flight."""
-
-    def __init__(self, model, tokenizer, max_batch=512, delay=0.0):
-        self.version, self.delay, self.vocab = 0, delay, model.config.vocab_size
-
-    def update_weights(self, model, version):
-        self.version = version
-
-    def generate(self, prompt_ids, n, params, generator=None):
-        time.sleep(self.delay)
-        out = [[(p[-1] * 7 + j * 13 + k * 5) % self.vocab for k in range(1 + (p[-1] + j) % params.max_new_tokens)]
-               for p in prompt_ids for j in range(n)]
-        return Rollout(completion_ids=out, truncated=[len(c) == params.max_new_tokens for c in out],
-                       version=self.version)
 
 
 def slow_engine(model, tokenizer, max_batch=512):
@@ -173,9 +155,79 @@ def test_staleness_is_bounded_and_stale_tokens_are_reweighted(tiny_dir, tmp_path
     assert metrics["offpolicy/stale_token_frac"] == pytest.approx(1.0)
 
 
-def _expected_prompts(n_steps, B=2):
-    sampler = PromptSampler(len(PROMPTS), seed=0)
-    return [[PROMPTS[i]["prompt"] for i in sampler.take(B)] for _ in range(n_steps)]
+def _expected_prompts(n_steps, B=2, rows=PROMPTS):
+    sampler = PromptSampler(len(rows), seed=0)
+    return [[rows[i]["prompt"] for i in sampler.take(B)] for _ in range(n_steps)]
+
+
+AGENT_ROWS = [{"prompt": [{"role": "user", "content": f"Count to {t}."}], "target": t} for t in range(2, 12)]
+
+
+def counter_reached(completions, environments, target, **kw):
+    """Reads the environments: on Ray it runs on the rollout worker, beside them."""
+    return [0.5 * (e.counter >= t) for e, t in zip(environments, target)]
+
+
+def few_turns(completions, **kw):
+    """Needs no environment: on Ray it runs on a reward worker."""
+    return [-0.1 * len(c) for c in completions]
+
+
+def agent_trainer(path, tiny_dir, engine=ScriptedAgentEngine, **kw):
+    return GRPOTrainer(model=tiny_dir, reward_funcs=[counter_reached, few_turns], train_dataset=AGENT_ROWS,
+                       environment_factory=CounterEnv, engine_factory=engine,
+                       args=args(path, max_completion_length=1024, **kw))
+
+
+def slow_agent_engine(model, tokenizer, max_batch=512):
+    return ScriptedAgentEngine(model, tokenizer, max_batch, delay=0.6)
+
+
+def test_rollout_workers_run_episodes_exactly_as_one_process(tiny_dir, tmp_path, ray_local):
+    """Multi-turn: the environments live on the rollout workers (their get_reward and `environments=` rewards are
+    scored there, the rest on a reward worker), and the same episodes give bitwise the same weights."""
+    one = agent_trainer(tmp_path / "one", tiny_dir)
+    start = _weights(one.model)
+    m1 = one.train()
+    dist = agent_trainer(tmp_path / "dist", tiny_dir, num_rollout_workers=2, num_reward_workers=1)
+    pids, resets = _pids(dist.pipeline), CounterEnv.resets
+    m2 = dist.train()
+    a, b = _weights(one.model), _weights(dist.model)
+    assert any(not torch.equal(a[n], start[n]) for n in a)
+    assert all(torch.equal(a[n], b[n]) for n in a)
+    for k in ("tools/calls_per_episode", "tools/env_tokens_per_episode", "reward/CounterEnv/mean",
+              "reward/counter_reached/mean", "reward/few_turns/mean", "loss"):
+        assert m1[k] == m2[k], k
+    assert m2["tools/calls_per_episode"] == 3 and CounterEnv.resets == resets  # none ran in this process
+    assert _gone(pids)
+
+
+def test_a_hanging_tool_is_cut_on_a_rollout_worker(tiny_dir, tmp_path, ray_local):
+    import aha.envs as envs
+
+    class Stuck:
+        def reset(self, **kw):
+            return None
+
+        def wait(self, seconds: int) -> str:
+            """
+            Waits.
+
+            Args:
+                seconds: How long.
+            """
+            time.sleep(seconds)
+            return "done"
+    script = lambda c: ('<tool_call>{"name": "wait", "arguments": {"seconds": 300}}</tool_call>'  # noqa: E731
+                        if "<|im_start|>tool" not in c else "ok")
+    t = GRPOTrainer(model=tiny_dir, reward_funcs=[few_turns], train_dataset=AGENT_ROWS, environment_factory=Stuck,
+                    engine_factory=lambda m, tk, b: ScriptedAgentEngine(m, tk, b, script=script),
+                    args=args(tmp_path / "stuck", max_steps=1, max_completion_length=1024, num_rollout_workers=1,
+                              tool_timeout=1.0))
+    assert isinstance(t.agent, envs.Agent)
+    start = time.monotonic()
+    m = t.train()
+    assert m["tools/timeouts"] == 8 and time.monotonic() - start < 100
 
 
 class KillAt:
@@ -190,22 +242,27 @@ class KillAt:
             self.killed = True
 
 
-@pytest.mark.parametrize("which", ["rollout", "reward"])
+@pytest.mark.parametrize("which", ["rollout", "reward", "episodes"])
 def test_a_killed_worker_is_restarted_and_nothing_is_lost(tiny_dir, tmp_path, ray_local, which):
     """The worker dies with a call in flight (the next step's, max_staleness=1): Ray restarts it, the driver
-    re-issues its groups, and every step trains exactly the prompts the sampler drew, once."""
-    engine = slow_engine if which == "rollout" else ScriptedEngine
-    reward = digit_share if which == "rollout" else slow_digit_share
-    t = GRPOTrainer(model=tiny_dir, reward_funcs=[reward], train_dataset=PROMPTS, engine_factory=engine,
-                    args=args(tmp_path / which, max_steps=4, num_rollout_workers=2, num_reward_workers=1,
-                              max_staleness=1))
-    victim = ray.get((t.pipeline.rollout if which == "rollout" else t.pipeline.reward)[0].pid.remote())
+    re-issues its groups, and every step trains exactly the prompts the sampler drew, once. `episodes`: a rollout
+    worker running multi-turn episodes (its environments die with it; the restarted one builds new ones)."""
+    kw = dict(max_steps=4, num_rollout_workers=2, num_reward_workers=1, max_staleness=1)
+    if which == "episodes":
+        t, rows = agent_trainer(tmp_path / which, tiny_dir, engine=slow_agent_engine, **kw), AGENT_ROWS
+    else:
+        engine = slow_engine if which == "rollout" else ScriptedEngine
+        reward = digit_share if which == "rollout" else slow_digit_share
+        t = GRPOTrainer(model=tiny_dir, reward_funcs=[reward], train_dataset=PROMPTS, engine_factory=engine,
+                        args=args(tmp_path / which, **kw))
+        rows = PROMPTS
+    victim = ray.get((t.pipeline.reward if which == "reward" else t.pipeline.rollout)[0].pid.remote())
     kill = KillAt(1, victim)
     t.callback_objects.append(kill)
     seen = _record(t)
     t.train()
     assert kill.killed and _gone([victim])
-    assert [s["prompts"] for s in seen] == _expected_prompts(4)
+    assert [s["prompts"] for s in seen] == _expected_prompts(4, rows=rows)
     rows = [__import__("json").loads(line) for line in (tmp_path / which / "metrics.jsonl").read_text().splitlines()]
     assert sum(r["dist/groups_reissued"] for r in rows) >= 1
     assert sum(r["dist/groups_trained"] for r in rows) == 4 * 2

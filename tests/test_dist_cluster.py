@@ -8,11 +8,14 @@ import time
 import pytest
 
 from aha.train.grpo import GRPOTrainer
+import scripted
 import test_dist
-from test_dist import PROMPTS, ScriptedEngine, _gone, _pids, _ray_children, args, digit_share
+from scripted import ScriptedEngine
+from test_dist import PROMPTS, _gone, _pids, _ray_children, args, digit_share
 
 ray = pytest.importorskip("ray")
-ray.cloudpickle.register_pickle_by_value(test_dist)  # a real cluster's nodes have no copy of the tests
+for module in (test_dist, scripted):  # a real cluster's nodes have no copy of the tests
+    ray.cloudpickle.register_pickle_by_value(module)
 
 
 @pytest.fixture(scope="module")

@@ -306,3 +306,28 @@ def test_eval_says_when_no_answer_is_in_the_asked_format_but_final_numbers_match
     _canned(monkeypatch, ["<think>10*5</think> <answer>50</answer>", "no idea", "3 * 4 = 7"])
     summary, _ = evaluate(None, _ChatChars(), task, task.load("test"))  # some answers in the format: no note
     assert summary["accuracy"] == 1 / 3 and summary["format_frac"] == 1 / 3 and "format_note" not in summary
+
+
+def test_held_out_answers_say_what_their_reflection_did_and_samples_can_be_kept(monkeypatch):
+    """make_eval_fn with reflection phrases: the greedy answers' behaviour metrics join the accuracy, and every
+    kept answer carries its check's parse (what the aha tracker reads from held_out.jsonl)."""
+    from aha.eval import evaluate, make_eval_fn
+    from aha.tasks import get_task
+    from aha.tasks.checked import checked_solution
+    task = get_task("add_check")
+    rows = [{"prompt": "47+385", "answer": "432", "id": i} for i in range(3)]
+    greedy = [checked_solution(47, 385, "direct"), checked_solution(47, 385, "correct"),
+              "<think>7+5=12 4+8=12 0+3=3 so 422 wait</think><answer>422</answer>"]
+    _canned(monkeypatch, greedy, [[greedy[0], greedy[2]]] * 3)
+    eval_fn = make_eval_fn(task, rows, shown=3, phrases=["wait", "check"])
+    metrics = eval_fn(None, _Chars())
+    assert metrics["accuracy"] == 2 / 3 and metrics["behaviour/reflection_rate"] == 2 / 3
+    assert metrics["behaviour/wait_fixed_rate"] == 1 / 3 and metrics["behaviour/empty_reflection"] == 1 / 3
+    assert [(a["reflects"], a["corrects"], a["first_right"], a["empty"], a["correct"]) for a in eval_fn.answers] == [
+        (False, False, True, False, True), (True, True, False, False, True), (True, True, False, True, False)]
+    plain = make_eval_fn(task, rows)  # no phrases: accuracy alone, as before
+    assert not any(k.startswith("behaviour/") for k in plain(None, _Chars())) and "reflects" not in plain.answers[0]
+    _, records = evaluate(None, _Chars(), task, rows, n_samples=2, keep_samples=True)
+    assert records[0]["greedy_len"] == len(greedy[0])
+    assert records[1]["samples"] == [{"text": greedy[0], "len": len(greedy[0]), "correct": True},
+                                     {"text": greedy[2], "len": len(greedy[2]), "correct": False}]

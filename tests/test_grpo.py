@@ -533,11 +533,11 @@ def test_a_scorer_that_outlives_its_bound_fails_the_step_with_streaming(tiny_dir
     functions x reward_timeout + SCORER_GRACE_S, then fails the step instead of hanging."""
     import time
 
-    import aha.train.grpo as grpo_mod
-    monkeypatch.setattr(grpo_mod, "SCORER_GRACE_S", 0.0)
+    import aha.rollout.experience as experience_mod
+    monkeypatch.setattr(experience_mod, "SCORER_GRACE_S", 0.0)
     t = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], train_dataset=PROMPTS,
                     args=args(tmp_path, stream_rewards=True, reward_timeout=0.05))
-    monkeypatch.setattr(t, "score", lambda *a, **k: time.sleep(5))  # stuck past any reward call's bound
+    monkeypatch.setattr(t.experience, "score", lambda *a, **k: time.sleep(5))  # stuck past any reward call's bound
     t0 = time.perf_counter()
     with pytest.raises(TimeoutError, match="reward_timeout=0.05"):
         t.next_batch()
@@ -595,7 +595,8 @@ def test_masked_truncated_completions_still_count_in_the_sequence_denominator(ti
     fixed-length (dr_grpo) losses still divide by every sequence of the minibatch."""
     from transformers import AutoModelForCausalLM
     import aha.train.learner as learner_mod
-    from aha.train.learner import GRPOBatch, Learner
+    from aha.train.batch import GRPOBatch
+    from aha.train.learner import Learner
     seen, real = [], learner_mod.algos.aggregate
     monkeypatch.setattr(learner_mod.algos, "aggregate", lambda name, loss, mask, **d: seen.append(d) or real(
         name, loss, mask, **d))

@@ -59,6 +59,71 @@ def test_no_import_cycle_between_modules():
             visit(node, [node])
 
 
+def _package(module: str) -> str:
+    """The room of aha a module lives in: aha.train.grpo -> aha.train, aha.algos -> aha.algos."""
+    return ".".join(module.split(".")[:2])
+
+
+def _leaves(graph: dict[str, set[str]]) -> set[str]:
+    """Modules that import nothing of aha (train/batch.py, the batch types every box shares)."""
+    return {name for name, deps in graph.items() if not deps}
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Rooms of aha and the rooms each imports (lazy imports included). An import of a leaf module of another room
+    is not an edge: a leaf can be read and loaded alone, so it cannot tie two rooms together (the experience box
+    in aha.rollout and the Ray layer in aha.dist read aha.train.batch, which imports nothing of the trainer)."""
+    leaves, out = _leaves(graph), {}
+    for name, deps in graph.items():
+        if name == "aha":
+            continue
+        out.setdefault(_package(name), set()).update(
+            _package(d) for d in deps if d not in leaves and d != "aha" and _package(d) != _package(name))
+    return out
+
+
+def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+
+    def visit(node, path):
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state:
+                found = visit(nxt, path + [nxt])
+                if found:
+                    return found
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node, [node])
+            if found:
+                return found
+    return None
+
+
+def test_no_import_cycle_between_packages():
+    """aha.train -> aha.dist -> aha.train would be one: the trainer builds the Ray pipeline, so the pipeline gets
+    the experience box and the learner's class from it instead of importing the trainer's package."""
+    mods = _modules()
+    graph = {name: _imports(name, tree, set(mods)) for name, tree in mods.items()}
+    assert "aha.train.batch" in _leaves(graph)  # the batch types import nothing of aha
+    cycle = _find_cycle(package_graph(graph))
+    assert cycle is None, "import cycle between packages: " + " -> ".join(cycle)
+
+
+def test_package_cycle_check_finds_one():
+    graph = {"aha.train.grpo": {"aha.dist.pipeline"}, "aha.dist.pipeline": {"aha.train.learner"},
+             "aha.train.learner": {"aha.algos"}, "aha.algos": set(), "aha.train.batch": set(),
+             "aha.rollout.x": {"aha.train.batch"}}
+    assert _find_cycle(package_graph(graph)) == ["aha.dist", "aha.train", "aha.dist"]
+    graph["aha.dist.pipeline"] = {"aha.train.batch"}  # a leaf: no edge
+    assert _find_cycle(package_graph(graph)) is None
+
+
 def test_cycle_check_finds_a_cycle():
     # the checker itself: a -> b -> a is reported
     a, b = ast.parse("from aha import b"), ast.parse("import aha.a")

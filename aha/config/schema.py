@@ -251,6 +251,8 @@ class GRPOConfig(TrainConfig):
     """Log sample completions with their rewards every this many steps (0: never)."""
     num_completions_to_print: int = 2
     """How many completions to print when logging them."""
+    engine: str = "hf"
+    """Generation engine by name (aha.rollout.engines.ENGINES): hf, the in-process KV-cached engine."""
     generation_max_batch: int = 512
     """Most sequences decoded at once (it bounds the KV cache's memory). The prompts beyond it wait for the next
     batch; with AHA_ADMIT_FRACTION=0.25 in the environment their rows join the running batch as its rows finish
@@ -302,6 +304,22 @@ class GRPOConfig(TrainConfig):
     """DAPO's dynamic sampling: drop groups whose rewards have no spread and sample more until the batch is full."""
     dynamic_sampling_max_rounds: int = 4
     """Extra sampling rounds per step at most (dynamic_sampling); after them the step trains on what it has."""
+    # Agents: tools and environments with TRL's contract (aha.envs). From Python, GRPOTrainer(tools=[...],
+    # environment_factory=...) takes the objects themselves.
+    tools: list[str] = field(default_factory=list)
+    """Tools every episode may call, as module:function (plain sync or async functions with type hints and a
+    Google docstring, as TRL's `tools=`); a module beside you is found as reward functions are."""
+    environment: Optional[str] = None
+    """An environment class as module:Class (TRL's `environment_factory=`): one per episode, reset(**row) starts
+    it, its public methods are tools, an optional get_reward() scores the episode."""
+    max_tool_calling_iterations: Optional[int] = None
+    """Rounds of tool calls an episode may make (TRL's name); a turn that calls tools after them ends the episode,
+    truncated. None: no limit but max_completion_length."""
+    tool_timeout: float = 30.0
+    """Wall-clock seconds one tool call may take; past it the model gets an error message instead (counted in
+    tools/timeouts) and the call is abandoned."""
+    chat_template_kwargs: Optional[dict[str, Any]] = None
+    """Extra arguments to the chat template for every chat prompt (TRL's name), e.g. {enable_thinking: false}."""
     # The system at scale (aha.dist, on Ray). At these defaults everything runs in this one process, without Ray.
     num_rollout_workers: int = 0
     """Ray actors generating rollouts, each with a policy copy (0: generate in the training process)."""
@@ -357,6 +375,8 @@ class GRPOConfig(TrainConfig):
             "log_groups_max": (at_least_one, ">= 1"),
             "log_groups_max_mb": (finite(positive), "> 0"),
             "dashboard_port": (lambda v: 0 <= v < 65536, "in [0, 65535] (0: any free port)"),
+            "max_tool_calling_iterations": (lambda v: v is None or v >= 0, ">= 0 or null (no limit)"),
+            "tool_timeout": (positive, "> 0 seconds"),
         })
         if self.max_steps == 0 and self.num_train_epochs is None:
             self.max_steps = DEFAULT_GRPO_STEPS
@@ -372,6 +392,9 @@ class GRPOConfig(TrainConfig):
         if self.sync_ref_model and self.beta == 0:
             raise ConfigError("sync_ref_model needs a reference model: set beta > 0")
         from .. import algos  # unknown names fail here, before any model is loaded
+        from ..rollout.engines import ENGINES
+        if self.engine not in ENGINES:
+            raise ConfigError(f"unknown engine '{self.engine}'; valid: {sorted(ENGINES)}")
         algos.get_advantage(self.advantage_estimator)
         algos.get_aggregation(self.loss_type)
         algos.get_kl(self.kl_estimator)
@@ -574,13 +597,19 @@ class TinyConfig:
     """Seed for the weights."""
 
 
+DEMO_DEFAULTS: dict[str, dict[str, Any]] = {"": {"sft_target": 0.25}, "aha": {"sft_target": 0.5}}
+"""Demo variant -> its defaults of the DemoConfig fields whose default is None (an unknown variant: the first's)."""
+
+
 @checked
 @dataclass
 class DemoConfig:
-    """The embedded default: tiny model, cold-start SFT, GRPO, before/after table."""
+    """`aha demo [NAME]`: tiny model, cold-start SFT, GRPO, before/after table (variants: aha.demo.VARIANTS)."""
 
-    output_dir: str = "runs/demo"
-    """Where the models, metrics, plot and summary go."""
+    variant: str = ""
+    """Which demo: empty for the embedded default, `aha` for the aha moment (the word after `aha demo`)."""
+    output_dir: str = ""
+    """Where the models, metrics, plot and summary go (empty: runs/demo, or runs/demo_NAME for `aha demo NAME`)."""
     seed: int = 0
     """Seed for the data, the model and training."""
     size: str = "small"
@@ -592,9 +621,10 @@ class DemoConfig:
     """Worked solutions used for the cold start (a small set keeps the model imperfect)."""
     sft_steps: int = 400
     """Most SFT optimizer steps (the cold start usually ends earlier, at sft_target)."""
-    sft_target: float = 0.25
+    sft_target: Optional[float] = None
     """End the cold start once greedy accuracy on 100 dev problems (train split, trained on by neither stage)
-    reaches this (0: run all sft_steps)."""
+    reaches this (0: run all sft_steps; default 0.25, and 0.5 for `aha demo aha`, whose rewards pay for the answer
+    alone: from 0.25, seed 0 sampled 5% right answers and GRPO lost 10 points of held-out accuracy)."""
     sft_check_every: int = 10
     """Check the dev accuracy every this many SFT steps."""
     sft_lr: float = 3e-3
@@ -617,10 +647,31 @@ class DemoConfig:
     """Held-out problems used for the in-training curve."""
     progress_bar: bool = True
     """Show progress bars."""
+    reflect_share: float = 0.05
+    """aha: share of the cold start's worked solutions that check themselves (rare, as reflection is in a base
+    model); half of those where a carry can be forgotten catch that slip and correct it ("wait"), the rest confirm."""
+    check_carries: bool = True
+    """aha: problems with carries (false: none anywhere, so the check has nothing to catch; an ablation)."""
+    wait_reward: float = 0.0
+    """aha: weight of a reward for saying "wait" (an ablation: the hack behaviour/empty_reflection should catch)."""
+    sft_model: str = ""
+    """aha: start GRPO from this cold-start model (an earlier run's sft/model) instead of training one, so arms
+    that differ only after the cold start share it."""
+    held_out_samples: int = 4
+    """aha: completions sampled per held-out problem (temperature 1, as in training) for the sampled reflection
+    rate before and after GRPO (0: greedy only)."""
 
     def __post_init__(self):
+        if not self.output_dir:
+            self.output_dir = "runs/demo" + (f"_{self.variant}" if self.variant else "")
+        for key, value in DEMO_DEFAULTS.get(self.variant, DEMO_DEFAULTS[""]).items():
+            if getattr(self, key) is None:
+                setattr(self, key, value)
         require_all(self, {
             "sft_target": (lambda v: 0 <= v <= 1, "in [0, 1]"),
+            "reflect_share": (lambda v: 0 <= v <= 1, "in [0, 1]"),
+            "wait_reward": (math.isfinite, "a finite number"),
+            "held_out_samples": (non_negative, ">= 0"),
             **{k: (at_least_one, ">= 1") for k in ("sft_steps", "sft_check_every", "sft_batch", "grpo_steps",
                                                     "prompts_per_step", "num_generations", "eval_problems")}})
 

@@ -53,7 +53,6 @@ UNSUPPORTED: dict[str, str] = {
     "min_p": "aha's engine samples with temperature, top_p and top_k",
     "repetition_penalty": "aha's engine samples with temperature, top_p and top_k",
     "generation_kwargs": "aha's engine samples with temperature, top_p and top_k",
-    "chat_template_kwargs": "chat prompts go through the tokenizer's own template as they are",
     "steps_per_generation": "set generation_batch_size (completions per step) and gradient_accumulation_steps",
     "model_init_kwargs": "set dtype and attn_implementation",
     "use_liger_loss": "the loss is aha's own (aha.algos)",
@@ -69,7 +68,7 @@ ALREADY: dict[str, tuple] = {
     "use_vllm": (False,), "remove_unused_columns": (False,), "save_strategy": ("steps",),
     "optim": ("adamw_torch", "adamw_torch_fused"), "max_prompt_length": (None,), "steps_per_generation": (None,),
     "model_init_kwargs": (None,), "use_liger_loss": (False, None), "min_p": (None,), "repetition_penalty": (1.0, 1),
-    "generation_kwargs": (None,), "chat_template_kwargs": (None,), "cast_lm_head_to_fp32": (True,),
+    "generation_kwargs": (None,), "cast_lm_head_to_fp32": (True,),
 }
 """Values of unsupported TRL fields that ask for what aha does anyway: taken, and nothing changes."""
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import yaml
 
+from ..behaviour import first_fixes
 from .text import prompt_text
 
 METRICS = "metrics.jsonl"
@@ -327,3 +328,24 @@ def held_out_table(path: Path | None) -> dict:
                                           "prompt_text": prompt_text(row.get("prompt")), "by_step": {}})
         entry["by_step"][str(row["step"])] = {"greedy": row.get("greedy"), "correct": row.get("correct")}
     return {"steps": sorted(steps), "problems": list(problems.values()), "bad": got["bad"]}
+
+
+def aha_moments(path: Path | None) -> dict:
+    """held_out.jsonl -> the problems a reflection fixed (aha.behaviour.first_fixes: the first evaluation whose
+    greedy answer is right through a "wait" after an earlier evaluation answered it wrong), each with the last wrong
+    answer before it. {"checked": whether the answers say what their reflection did (runs of `aha demo aha`),
+    "moments": [{id, prompt_text, answer, step, before: {step, greedy}, after: {step, greedy}}] by step, the first
+    being the run's aha moment}.
+
+    E.g. problem 7 answered "5" at step 0 and "so 3 check: ... wait 4" (right) at step 10 -> one moment at step 10.
+    """
+    rows = read_jsonl(path)["rows"] if path is not None and path.is_file() else []
+    rows = sorted((r for r in rows if isinstance(r.get("step"), int) and "id" in r), key=lambda r: r["step"])
+    moments = []
+    for key, step in sorted(first_fixes(rows).items(), key=lambda kv: kv[1]):
+        after = next(r for r in rows if r["id"] == key and r["step"] == step)
+        before = [r for r in rows if r["id"] == key and r["step"] < step and not r.get("correct")][-1]
+        moments.append({"id": key, "prompt_text": prompt_text(after.get("prompt")), "answer": after.get("answer"),
+                        "step": step, "before": {"step": before["step"], "greedy": before.get("greedy")},
+                        "after": {"step": step, "greedy": after.get("greedy")}})
+    return {"checked": any("corrects" in r for r in rows), "moments": moments}

@@ -27,8 +27,8 @@ from .guard import Guard
 from .playground import Playground
 from .text import prompt_text
 from ..behaviour import DEFAULT_REFLECTION_PHRASES
-from .runs import (GROUPS, HELD_OUT, METRICS, GroupIndex, MetricsCache, RunRegistry, columns, config_diff, held_out_table,
-                   read_config, reflection_by_step, safe_file, summary)
+from .runs import (GROUPS, HELD_OUT, METRICS, GroupIndex, MetricsCache, RunRegistry, aha_moments, columns, config_diff,
+                   held_out_table, read_config, reflection_by_step, safe_file, summary)
 
 log = logging.getLogger("aha.dashboard")
 STATIC = Path(__file__).parent / "static"
@@ -125,18 +125,22 @@ class Api:
         groups = self.index.groups(file, step) if step in steps else []
         for g in groups:
             g["prompt_text"] = prompt_text(g.get("prompt"))
+            for c in g.get("completions") or []:  # an agent's episode: its own prompt, after its environment's reset
+                if isinstance(c, dict) and "prompt" in c:
+                    c["prompt_text"] = prompt_text(c["prompt"])
         return JSONResponse({"run": run_id, "steps": steps, "step": step, "groups": groups})
 
     async def aha(self, request: Request):
-        """?run=ID: reflection phrases in the recorded completions, step by step (the run's own phrase list), and
-        the greedy answers to the same held-out problems at each evaluation."""
+        """?run=ID: reflection phrases in the recorded completions, step by step (the run's own phrase list), the
+        greedy answers to the same held-out problems at each evaluation, and the problems a reflection fixed."""
         found = _run(request, self.registry)
         if isinstance(found, JSONResponse):
             return found
         phrases = read_config(found[1]).get("reflection_phrases") or list(DEFAULT_REFLECTION_PHRASES)
         return JSONResponse({"run": found[0], "phrases": phrases,
                              "steps": reflection_by_step(safe_file(found[1], GROUPS), phrases, self.index),
-                             "held_out": held_out_table(safe_file(found[1], HELD_OUT))})
+                             "held_out": held_out_table(safe_file(found[1], HELD_OUT)),
+                             "moments": aha_moments(safe_file(found[1], HELD_OUT))})
 
     async def file(self, request: Request):
         """?run=ID&path=REL: a file inside the run's directory; anything outside it is refused (403)."""

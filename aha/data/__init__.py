@@ -115,14 +115,15 @@ def load_rows(dataset, prompt_column: str | None = "prompt", required: tuple[str
     return [check_row(r, i, prompt_column, required) for i, r in enumerate(rows)]
 
 
-def encode_prompt(tokenizer, prompt, max_tokens: int | None = None) -> list[int]:
-    """Prompt token ids: chat prompts through the model's chat template (which writes its own special tokens),
-    strings with the tokenizer's special tokens (a Llama-style BOS), as TRL tokenizes them.
+def encode_prompt(tokenizer, prompt, max_tokens: int | None = None, template_kwargs: dict | None = None) -> list[int]:
+    """Prompt token ids: chat prompts through the model's chat template (which writes its own special tokens;
+    `template_kwargs` are TRL's chat_template_kwargs), strings with the tokenizer's special tokens (a Llama-style
+    BOS), as TRL tokenizes them.
 
     With max_tokens, a text whose length in characters already proves it longer is refused (PromptTooLong)
     without being tokenized: a 10 MB line would take tens of seconds and gigabytes to count exactly."""
     if is_conversational(prompt):
-        text = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+        text = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False, **(template_kwargs or {}))
         kwargs = {"add_special_tokens": False}  # the template wrote them
     elif isinstance(prompt, str):
         text, kwargs = prompt, {}

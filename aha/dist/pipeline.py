@@ -1,6 +1,8 @@
 """The driver of the Ray layer: a scheduler that keeps rollout workers busy, a replay queue of whole groups
 that bounds how stale a trained batch may be, reward workers scoring as rollouts land, learners, and
-weight sync. `GRPOTrainer` calls four methods: next_batch, update, publish, close.
+weight sync. It is built from the experience box (aha.rollout.experience.Experience: prompts, generation,
+scoring, assembly) and the learner (its settings and, for remote ranks, its class), never from the trainer,
+and answers the trainer's loop as an Experience and a Learner do: next_batch, update, publish, pull, close.
 
 Staleness. Weights after t GRPO steps are version t. The batch trained at step t is requested when
 version t - max_staleness is the newest, so its groups lag at most max_staleness versions (checked on
@@ -21,7 +23,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..rewards import record_failure
+from ..rollout.experience import score_rollout
 from . import cluster
 from .workers import LearnerWorker, RewardWorker, RolloutWorker
 
@@ -53,8 +55,8 @@ class StepRequest:
 class Pipeline:
     """Rollout workers, reward workers, learners and the scheduler between them (see the module doc)."""
 
-    def __init__(self, trainer):
-        self.t, self.a = trainer, trainer.args
+    def __init__(self, experience, learner):
+        self.x, self.learner, self.a = experience, learner, experience.args
         self.rollout, self.reward, self.learners, self.group = [], [], [], None
         self.weights = (0, [None])    # (version, [ObjectRef]): version 0 is what every worker was built with
         self.version = 0
@@ -76,17 +78,17 @@ class Pipeline:
 
     def _start_workers(self) -> None:
         import ray
-        t, a = self.t, self.a
+        x, a = self.x, self.a
         R, W, L = a.num_rollout_workers, a.num_reward_workers, a.num_learners if a.num_learners > 1 else 0
         self.group = cluster.placement(self._bundles(), a.placement_strategy, a.dist_timeout)
-        self.model_ref = model = ray.put(t.model)  # kept: Ray rebuilds a restarted actor from it
+        self.model_ref = model = ray.put(x.model)  # kept: Ray rebuilds a restarted actor from it
+        beside = [x.reward_funcs[i] for i in x.beside_environments]
         self.rollout = [cluster.actor(RolloutWorker, self.group, i, a.max_worker_restarts).remote(
-            model, t.tokenizer, t.engine_factory, a) for i in range(R)]
+            model, x.tokenizer, x.generation.engine_factory, a, x.generation.agent, beside) for i in range(R)]
         self.reward = [cluster.actor(RewardWorker, self.group, R + i, a.max_worker_restarts).remote(
-            t.reward_funcs, a.reward_timeout) for i in range(W)]
-        total = a.optimizer_steps_per_step * t.max_steps
+            [x.reward_funcs[i] for i in x.elsewhere], a.reward_timeout) for i in range(W)]
         self.learners = [cluster.actor(LearnerWorker, self.group, R + W + i, 0).remote(
-            a, model, t.tokenizer.pad_token_id, total) for i in range(L)]
+            a, model, x.tokenizer.pad_token_id, self.learner.total_steps, type(self.learner)) for i in range(L)]
         self._join_learners()
 
     def _join_learners(self) -> None:
@@ -97,22 +99,19 @@ class Pipeline:
         self._wait_learners([w.join.remote(address, r, world) for r, w in enumerate(self.learners)])
 
     # ------------------------------------------------------------------ sampling
-    def fill(self) -> None:
-        """Keep the next max_staleness + 1 steps requested (the oldest is trained next)."""
-        t = self.t
-        while len(self.pending) <= self.a.max_staleness and t.step_count + len(self.pending) < t.max_steps:
-            before = t.sampler.state()
-            step = t.step_count + len(self.pending)
-            self.pending.append(StepRequest(self._submit(t.sampler.take(self.a.prompts_per_step), step, 0), before))
+    def fill(self, step: int) -> None:
+        """Keep steps `step` .. step + max_staleness requested (the oldest is trained next)."""
+        while len(self.pending) <= self.a.max_staleness and step + len(self.pending) < self.x.max_steps:
+            before = self.x.sampler_state()
+            rows, ids = self.x.prompts.take(self.a.prompts_per_step)
+            self.pending.append(StepRequest(self._submit(rows, ids, step + len(self.pending), 0), before))
 
     def sampler_state(self) -> dict:
         """Where a resumed run should draw from: before the prompts of steps still in flight."""
-        return self.pending[0].sampler_before if self.pending else self.t.sampler.state()
+        return self.pending[0].sampler_before if self.pending else self.x.sampler_state()
 
-    def _submit(self, idx: list[int], step: int, round_: int) -> list[Chunk]:
-        t = self.t
-        rows = [t.rows.pop(i) if t.streaming else t.rows[i] for i in idx]
-        ids = [t.prompt_ids.pop(i) if t.streaming else t.prompt_ids[i] for i in idx]
+    def _submit(self, rows: list[dict], ids: list[list[int]], step: int, round_: int) -> list[Chunk]:
+        idx = list(range(len(rows)))
         parts = max(1, min(len(idx), len(self.rollout) or 1))
         bounds = [round(k * len(idx) / parts) for k in range(parts + 1)]
         chunks = [Chunk(step, idx[lo:hi], rows[lo:hi], ids[lo:hi], hash((self.a.seed, step, round_, k)) & (2**62 - 1), k)
@@ -123,17 +122,18 @@ class Pipeline:
 
     def _issue(self, c: Chunk, generate: bool = True) -> None:
         import ray
+        state = self.x.trainer_state(c.step)
         if generate and self.rollout:
-            c.gen = self.rollout[c.worker].generate.remote(c.prompt_ids, self.t.sampling, c.seed, self.weights)
-        elif generate:  # no rollout workers: generate here, with the driver's (current) weights
+            c.gen = self.rollout[c.worker].generate.remote(c.rows, c.prompt_ids, c.seed, self.weights, state)
+        elif generate:  # no rollout workers: generate here, with the driver's (current) weights and environments
             self.pull()
             t0 = time.perf_counter()
-            out = self.t.engine.generate(c.prompt_ids, self.a.num_generations, self.t.sampling,
-                                         torch.Generator().manual_seed(c.seed))
-            texts = self.t.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
-            c.gen = ray.put({"rollout": out, "texts": texts, "sync_s": 0.0, "sync_bytes": 0,
+            out, texts = self.x.generation.run(c.rows, c.prompt_ids, torch.Generator().manual_seed(c.seed))
+            beside = [self.x.reward_funcs[i] for i in self.x.beside_environments]
+            scores = score_rollout(beside, c.rows, out, texts, state, self.a.reward_timeout) if beside else None
+            out.environments = None
+            c.gen = ray.put({"rollout": out, "texts": texts, "env_scores": scores, "sync_s": 0.0, "sync_bytes": 0,
                              "busy_s": time.perf_counter() - t0})
-        state = self.t.trainer_state(c.step)
         c.score = self.reward[c.worker % len(self.reward)].score.remote(c.gen, c.rows, state) if self.reward else None
 
     def _collect(self, c: Chunk):
@@ -158,12 +158,15 @@ class Pipeline:
         self.busy["rollout"] += gen["busy_s"]
         self.busy["sync_s"] += gen["sync_s"]
         self.busy["sync_bytes"] += gen["sync_bytes"]
-        if scored is None:
-            return self.t.score(c.rows, c.prompt_ids, out, gen["texts"])
-        self.busy["reward"] += scored["busy_s"]
-        for name, error in scored["failures"].items():
-            record_failure(name, RuntimeError(f"in a reward worker: {error}"))
-        return self.t.make_batch(c.rows, c.prompt_ids, out, gen["texts"], scored["rewards"]), scored["metrics"]
+        if scored is None and gen["env_scores"] is None:
+            return self.x.score(c.rows, c.prompt_ids, out, gen["texts"], c.step)
+        if scored is None:  # no reward workers: the functions that need no environment are scored here
+            scored = score_rollout([self.x.reward_funcs[i] for i in self.x.elsewhere], c.rows, out, gen["texts"],
+                                   self.x.trainer_state(c.step), self.a.reward_timeout)
+        self.busy["reward"] += scored.get("busy_s", 0.0)
+        parts = [(self.x.elsewhere, scored)] + ([(self.x.beside_environments, gen["env_scores"])]
+                                                if gen["env_scores"] is not None else [])
+        return self.x.from_parts(c.rows, c.prompt_ids, out, gen["texts"], parts)
 
     def _retry(self, c: Chunk, error: BaseException | None, worker, what: str, generate: bool = True) -> None:
         """Re-issue a chunk whose worker died (once Ray has restarted it) or that came back too stale."""
@@ -178,9 +181,9 @@ class Pipeline:
         self.reissued += len(c.idx)
         self._issue(c, generate)
 
-    def next_batch(self):
-        """The oldest requested step's groups, scored, assembled (dynamic sampling), with the Ray metrics."""
-        self.fill()
+    def next_batch(self, step: int):
+        """Step `step`'s groups (the oldest requested), scored, assembled (dynamic sampling), with the Ray metrics."""
+        self.fill(step)
         t0 = time.perf_counter()
         request = self.pending.popleft()
         parts = [self._collect(c) for c in request.chunks]
@@ -188,10 +191,9 @@ class Pipeline:
 
         def more(k: int):
             more_rounds[0] += 1
-            return [self._collect(c) for c in self._submit(self.t.sampler.take(k), request.chunks[0].step,
-                                                           more_rounds[0])]
-        batch, metrics = self.t.assemble(parts, more)
-        lag = (self.t.step_count - batch.versions).float()                          # [N]
+            return [self._collect(c) for c in self._submit(*self.x.prompts.take(k), step, more_rounds[0])]
+        batch, metrics = self.x.assemble(parts, more)
+        lag = (step - batch.versions).float()                                       # [N]
         metrics.update({"perf/generate_s": time.perf_counter() - t0, "dist/staleness_mean": lag.mean().item(),
                         "dist/staleness_max": lag.max().item(), "dist/groups_trained": float(len(batch.rows)),
                         "dist/groups_reissued": float(self.reissued)})
@@ -202,14 +204,14 @@ class Pipeline:
     def update(self, batch):
         t0 = time.perf_counter()
         if not self.learners:
-            sums, metrics = self.t.learner.update(batch)
+            sums, metrics = self.learner.update(batch)
             self.busy["learner"] += time.perf_counter() - t0
             return sums, metrics
         import ray
         ref = ray.put(batch)
         results = self._wait_learners([w.update.remote(ref) for w in self.learners])
         self.busy["learner"] += sum(r[2] for r in results) / len(results)
-        self.version, self.stale = self.version + 1, True
+        self.stale = True
         return results[0][0], results[0][1]
 
     def _wait_learners(self, refs: list) -> list:
@@ -231,17 +233,17 @@ class Pipeline:
                                    f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}") from e
         return [done[r] for r in refs]
 
-    def publish(self) -> dict[str, float]:
-        """The new weights to the rollout workers (through the object store, tagged with their version), the
-        next steps requested with them, and this step's pipeline metrics."""
+    def publish(self, version: int) -> dict[str, float]:
+        """The new weights (version `version`: the steps trained) to the rollout workers (through the object store,
+        tagged with their version), the next steps requested with them, and this step's pipeline metrics."""
         import ray
+        self.version = version
         if self.learners:
-            self.weights = (self.version, [[w.weights.remote() for w in self.learners][0]])
+            self.weights = (version, [[w.weights.remote() for w in self.learners][0]])
         else:
-            self.version = self.t.learner.version
-            self.weights = (self.version, [ray.put(self.t.learner.trainable_state())] if self.rollout else [None])
-            self.t.engine.update_weights(self.t.model, self.version)
-        self.fill()
+            self.weights = (version, [ray.put(self.learner.trainable_state())] if self.rollout else [None])
+            self.x.publish(version)
+        self.fill(version)
         now = time.perf_counter()
         wall, b = max(now - self.clock, 1e-9), self.busy
         metrics = {"dist/rollout_busy": b["rollout"] / wall / max(len(self.rollout), 1),
@@ -254,18 +256,19 @@ class Pipeline:
     def pull(self) -> None:
         """The remote learners' weights, optimizer and schedule into the driver's copy (for eval and checkpoints)."""
         if self.learners and self.stale:  # every rank takes part (sharded state is gathered); rank 0 answers
-            self.t.learner.load_state(self._wait_learners([w.state.remote() for w in self.learners])[0])
-            self.t.engine.update_weights(self.t.model, self.version)
+            self.learner.load_state(self._wait_learners([w.state.remote() for w in self.learners])[0])
+            self.x.publish(self.version)
             self.stale = False
 
-    def restored(self) -> None:
-        """After a resume: learners and workers continue from the driver's restored state."""
+    def restored(self, version: int) -> None:
+        """After a resume at `version` (steps trained): learners and workers continue from the driver's state."""
         import ray
-        self.version = self.t.learner.version
+        self.version = version
+        self.x.restored(version)
         if self.learners:
-            state = ray.put(self.t.learner.state())
+            state = ray.put(self.learner.state())
             self._wait_learners([w.load_state.remote(state) for w in self.learners])
-        self.weights = (self.version, [ray.put(self.t.learner.trainable_state())])
+        self.weights = (version, [ray.put(self.learner.trainable_state())])
         self.pending.clear()
 
     def close(self) -> None:

@@ -1,6 +1,6 @@
-"""The Ray actors, each a thin wrapper over a box that also runs in one process: an Engine (rollout worker),
-`score_groups` (reward worker) and a `Learner` (one data-parallel rank). Plain classes: aha.dist.cluster
-turns them into actors, so importing this module needs no Ray."""
+"""The Ray actors, each a thin wrapper over a box that also runs in one process: the experience box's
+`Generation` (rollout worker), `score_groups` (reward worker) and the driver's learner class (one data-parallel
+rank). Plain classes: aha.dist.cluster turns them into actors, so importing this module needs no Ray."""
 
 from __future__ import annotations
 
@@ -11,10 +11,9 @@ import time
 
 import torch
 
-from ..rewards import last_failure, reward_name, score_groups
-from ..rollout import SamplingParams
-from ..train.learner import GRPOBatch, Learner
-from ..train.loop import autocast, seed_everything
+from ..models.load import autocast, seed_everything
+from ..rollout.experience import Generation, score_rollout
+from ..train.batch import GRPOBatch
 
 
 def fully_shard(module) -> None:
@@ -59,29 +58,34 @@ def use_threads(args) -> None:
 
 
 class RolloutWorker(Identity):
-    """A policy copy and an Engine. Generates whole groups with the weights of one version (a call that
-    asks for a newer version first loads it from the object store), and reports that version, each
-    token's behaviour log-prob (when asked) and the time it was busy."""
+    """A policy copy and the experience box's Generation (its engine, and an agent's turn loop and environments).
+    Generates whole groups with the weights of one version (a call that asks for a newer version first loads it
+    from the object store), and reports that version, each token's behaviour log-prob (when asked) and the time it
+    was busy. The reward functions that read the environments (`env_rewards`) score the episodes here, where the
+    environments live; the environments themselves never leave."""
 
-    def __init__(self, model, tokenizer, engine_factory, args):
+    def __init__(self, model, tokenizer, engine_factory, args, agent=None, env_rewards: list | None = None):
         use_threads(args)
-        self.model, self.tokenizer, self.args = model.eval(), tokenizer, args
-        self.engine = engine_factory(model, tokenizer, args.generation_max_batch)
+        self.model, self.args, self.env_rewards = model.eval(), args, env_rewards or []
+        self.generation = Generation(model, tokenizer, args, engine_factory, agent)
 
-    def generate(self, prompt_ids: list[list[int]], params: SamplingParams, seed: int, weights: tuple) -> dict:
-        """G completions of each prompt. `weights` is (version, [ObjectRef of the trainable state, or None])."""
+    def generate(self, rows: list[dict], prompt_ids: list[list[int]], seed: int, weights: tuple, state=None) -> dict:
+        """G completions (episodes) of each prompt. `weights` is (version, [ObjectRef of the trainable state, or
+        None]); `state` the TrainerState the environment-side reward functions get."""
         import ray
         t0, (version, (ref,)), received = time.perf_counter(), weights, 0
-        if version != self.engine.version:
+        engine = self.generation.engine
+        if version != engine.version:
             if ref is not None:
                 received = load_trainable(self.model, ray.get(ref, timeout=self.args.dist_timeout))
-            self.engine.update_weights(self.model, version)
+            engine.update_weights(self.model, version)
         t1 = time.perf_counter()
         with autocast(self.args, self.model):
-            out = self.engine.generate(prompt_ids, self.args.num_generations, params,
-                                       torch.Generator().manual_seed(seed))
-        texts = self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
-        return {"rollout": out, "texts": texts, "sync_s": t1 - t0, "sync_bytes": received,
+            out, texts = self.generation.run(rows, prompt_ids, torch.Generator().manual_seed(seed))
+        scores = (score_rollout(self.env_rewards, rows, out, texts, state, self.args.reward_timeout)
+                  if self.env_rewards else None)
+        out.environments = None
+        return {"env_scores": scores, "rollout": out, "texts": texts, "sync_s": t1 - t0, "sync_bytes": received,
                 "busy_s": time.perf_counter() - t0}
 
 
@@ -93,22 +97,18 @@ class RewardWorker(Identity):
 
     def score(self, generated: dict, rows: list[dict], state) -> dict:
         t0 = time.perf_counter()
-        out = generated["rollout"]
-        n = len(out.completion_ids) // len(rows)
-        rewards, metrics = score_groups(self.reward_funcs, rows, generated["texts"], n, out.completion_ids, state,
-                                        self.timeout_s)                                # [n,F]
-        failures = {reward_name(f): repr(last_failure(reward_name(f))) for f in self.reward_funcs
-                    if metrics[f"reward/{reward_name(f)}/failed"]}
-        return {"rewards": rewards, "metrics": metrics, "failures": failures, "busy_s": time.perf_counter() - t0}
+        scored = score_rollout(self.reward_funcs, rows, generated["rollout"], generated["texts"], state, self.timeout_s)
+        return {**scored, "busy_s": time.perf_counter() - t0}
 
 
 class LearnerWorker(Identity):
-    """One rank of data-parallel training: a Learner in a torch.distributed (gloo) group."""
+    """One rank of data-parallel training: a learner of the driver's class (aha.train.learner.Learner) in a
+    torch.distributed (gloo) group."""
 
-    def __init__(self, args, model, pad_id: int, total_steps: int):
+    def __init__(self, args, model, pad_id: int, total_steps: int, learner_type: type):
         use_threads(args)
         self.args, self.model, self.pad_id, self.total_steps = args, model, pad_id, total_steps
-        self.learner: Learner | None = None
+        self.learner_type, self.learner = learner_type, None
         self._listener: socket.socket | None = None                  # rank 0's rendezvous socket
 
     def endpoint(self) -> str:
@@ -126,8 +126,9 @@ class LearnerWorker(Identity):
                                            master_listen_fd=self._listener.fileno() if rank == 0 else None)
         torch.distributed.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=timeout)
         seed_everything(self.args.seed)
-        self.learner = Learner(self.args, self.model, self.pad_id, torch.Generator().manual_seed(self.args.seed),
-                               self.total_steps, shard=fully_shard if self.args.learner_sharding == "fsdp" else None)
+        self.learner = self.learner_type(self.args, self.model, self.pad_id,
+                                         torch.Generator().manual_seed(self.args.seed), self.total_steps,
+                                         shard=fully_shard if self.args.learner_sharding == "fsdp" else None)
         return rank
 
     def update(self, batch: GRPOBatch) -> tuple:

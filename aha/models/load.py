@@ -73,6 +73,28 @@ SAFE_WEIGHTS = "model.safetensors"
 """The single-file weights name transformers writes and reads."""
 
 
+def seed_everything(seed: int) -> None:
+    """Python's, numpy's and torch's global generators seeded (dropout, initialisation, anything that draws)."""
+    import random
+
+    import numpy as np
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def autocast(cfg, model):
+    """The mixed-precision context of forward passes (bf16/fp16 mixed precision, or dtype=auto on a device with
+    native bfloat16), or a no-op."""
+    device = next(model.parameters()).device.type
+    bf16 = cfg.bf16 if cfg.fp16 else training_precision(cfg.dtype, cfg.bf16, device)[1]
+    if not (bf16 or cfg.fp16):
+        return contextlib.nullcontext()
+    if cfg.fp16 and device != "cuda":
+        raise ValueError("fp16 mixed precision needs a CUDA device; on a CPU use bf16=true")
+    return torch.autocast(device, dtype=torch.bfloat16 if bf16 else torch.float16)
+
+
 def resolve(name_or_path: str) -> str:
     """A local directory for a known short name or directory; a cached hub id passes through."""
     from .zoo import resolve_model

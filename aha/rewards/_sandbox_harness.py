@@ -556,8 +556,9 @@ def _same_output(got, want):
 def run_io(req, deadline):
     passed = 0
     timed_out = False
+    outputs = []  # what each run wrote (at most its cap): a code tool shows it to the model
     for stdin_text, expected in req["io"]:
-        cap = len(expected.encode()) + 4096
+        limit = cap = len(expected.encode()) + 4096  # bytes of output read at most
         in_r, in_fd = os.pipe()
         out_fd, out_w = os.pipe()
         cand = Candidate(req, "io", deadline, stdin=in_r, stdout=out_w)
@@ -596,11 +597,12 @@ def run_io(req, deadline):
         for fd in (in_fd, out_fd):
             if fd is not None:
                 os.close(fd)
+        outputs.append(b"".join(out)[:limit].decode("utf-8", "replace"))
         if not too_long and not timed_out:
             passed += _same_output(b"".join(out).decode("utf-8", "replace"), expected)
         if timed_out:
             break
-    return {"passed": passed, "total": len(req["io"]), "exited": False, "timed_out": timed_out}
+    return {"passed": passed, "total": len(req["io"]), "exited": False, "timed_out": timed_out, "outputs": outputs}
 
 
 def _read_rest(fd):

@@ -17,7 +17,7 @@ from .deadline import RewardTimeout, call_bounded
 
 logger = logging.getLogger(__name__)
 
-TRL_ARGUMENTS = {"prompts", "completions", "completion_ids", "trainer_state", "log_metric", "log_extra"}
+TRL_ARGUMENTS = {"prompts", "completions", "completion_ids", "trainer_state", "log_metric", "log_extra", "environments"}
 LOGGED = "reward/logged/"
 """Metrics a reward function gives through TRL's `log_metric(name, value)`: reward/logged/<name>, the mean of the
 values logged in the step."""
@@ -112,17 +112,22 @@ def _call_sync(fn: Callable, timeout_s: float, kwargs: dict) -> Any:
     it runs on a daemon thread that is abandoned at the limit."""
     if threading.current_thread() is threading.main_thread():
         return call_bounded(fn, reward_name(fn), timeout_s, kwargs)
+    return call_on_thread(fn, timeout_s, kwargs)
+
+
+def call_on_thread(fn: Callable, timeout_s: float, kwargs: dict, name: str = "aha-reward-call") -> Any:
+    """fn(**kwargs) on a daemon thread: its value, the exception it raised, or RewardTimeout when it runs past
+    `timeout_s` (the thread is then abandoned: a call that never ends costs a thread, never a hang)."""
     if not math.isfinite(timeout_s):
         return _call_caught(fn, kwargs)
     box: list[Any] = [RewardTimeout()]
-    worker = threading.Thread(target=lambda: box.__setitem__(0, _call_caught(fn, kwargs)), daemon=True,
-                              name="aha-reward-call")
+    worker = threading.Thread(target=lambda: box.__setitem__(0, _call_caught(fn, kwargs)), daemon=True, name=name)
     worker.start()
     worker.join(timeout_s)
     return box[0]
 
 
-def _start_async(calls: list[tuple[Callable, dict]], timeout_s: float) -> Callable[[], list]:
+def start_async(calls: list[tuple[Callable, dict]], timeout_s: float) -> Callable[[], list]:
     """Start awaiting the async reward functions together on a daemon thread, each on its own inputs and with
     `timeout_s`; returns a function that waits for them (bounded) and gives their outcomes as _call_sync's.
     A coroutine that blocks its event loop past the limit is abandoned with its thread."""
@@ -155,8 +160,9 @@ def _start_async(calls: list[tuple[Callable, dict]], timeout_s: float) -> Callab
     return outcomes
 
 
-SHARED_ARGUMENTS = {"trainer_state", "log_metric", "log_extra"}
-"""Arguments every reward call shares; all others are copied for each call."""
+SHARED_ARGUMENTS = {"trainer_state", "log_metric", "log_extra", "environments"}
+"""Arguments every reward call shares (an agent's environments are live objects, read as they are); all others
+are copied for each call."""
 
 
 _ATOMIC = (str, bytes, int, float, bool, type(None))
@@ -256,7 +262,7 @@ def _call_all(reward_funcs: list[Callable], kwargs: dict, timeout_s: float) -> l
     async ones awaited together on a helper thread while the sync ones run one after another here."""
     async_idx = [i for i, fn in enumerate(reward_funcs) if _is_async(fn)]
     outcomes: list[Any] = [None] * len(reward_funcs)
-    async_outcomes = _start_async([(reward_funcs[i], _own_inputs(kwargs)) for i in async_idx], timeout_s) \
+    async_outcomes = start_async([(reward_funcs[i], _own_inputs(kwargs)) for i in async_idx], timeout_s) \
         if async_idx else None
     for i, fn in enumerate(reward_funcs):
         if i not in async_idx:
@@ -268,7 +274,7 @@ def _call_all(reward_funcs: list[Callable], kwargs: dict, timeout_s: float) -> l
 
 def score_completions(reward_funcs: list[Callable], prompts: list, completions: list, columns: dict[str, list],
                       completion_ids: list | None = None, trainer_state: Any = None,
-                      timeout_s: float = math.inf) -> tuple[Any, dict[str, float]]:
+                      timeout_s: float = math.inf, environments: list | None = None) -> tuple[Any, dict[str, float]]:
     """Rewards [N, F] (float32, NaN where a value is None, non-finite, or its function raised or timed out) and
     metrics: `reward/errors` (calls that raised, exited, or gave values none of which is usable),
     `reward/call_timeouts` (calls cut at `timeout_s`), `reward/<name>/failed` (1.0 when that function's call
@@ -279,7 +285,8 @@ def score_completions(reward_funcs: list[Callable], prompts: list, completions: 
     Async functions are awaited together on a helper thread while the sync ones run one after another on the
     calling thread: verifiers parallelise their own batches, and libraries such as math-verify use signal-based
     time-outs that only work on the main thread. Every call gets `timeout_s` of wall clock and its own deep copy
-    of the prompts, completions and columns."""
+    of the prompts, completions and columns. An agent's `environments` (one per completion, as TRL passes them)
+    are shared, not copied: a function reads each episode's final state."""
     import torch  # here, so that the verifiers themselves import without torch
 
     n = len(completions)
@@ -288,6 +295,8 @@ def score_completions(reward_funcs: list[Callable], prompts: list, completions: 
         kwargs["completion_ids"] = completion_ids
     if trainer_state is not None:
         kwargs["trainer_state"] = trainer_state  # as TRL passes it: curricula read trainer_state.global_step
+    if environments is not None:
+        kwargs["environments"] = environments
     logged: dict[str, list[float]] = {}
     kwargs["log_metric"] = lambda name, value: logged.setdefault(str(name), []).append(float(value))
     kwargs["log_extra"] = _no_log_extra
@@ -326,19 +335,23 @@ def _no_log_extra(column: str, values: list) -> None:
 
 def score_groups(reward_funcs: list[Callable], rows: list[dict], texts: list[str], n: int,
                  completion_ids: list | None = None, trainer_state: Any = None,
-                 timeout_s: float = math.inf) -> tuple[Any, dict[str, float]]:
+                 timeout_s: float = math.inf, episodes: dict | None = None) -> tuple[Any, dict[str, float]]:
     """Score n completions of each row, prompt-major (texts i*n .. i*n+n-1 answer rows[i]): the one entry point
     that training, evaluation and rejection sampling share. Each row's prompt and columns are repeated n times and
-    completions of chat prompts are wrapped as assistant messages, as TRL passes them. Returns rewards [N, F] and
-    the metrics of `score_completions` plus `reward/<name>/mean` and `reward/<name>/std` over the values given."""
+    completions of chat prompts are wrapped as assistant messages, as TRL passes them; an agent's `episodes` give
+    their own "prompts" (after their environment's reset), "completions" (the turns' messages) and
+    "environments". Returns rewards [N, F] and the metrics of `score_completions` plus `reward/<name>/mean` and
+    `reward/<name>/std` over the values given."""
     from ..data import is_conversational
-    prompts = [r["prompt"] for r in rows for _ in range(n)]
-    completions = [[{"role": "assistant", "content": t}] for t in texts] if is_conversational(rows[0]["prompt"]) \
-        else list(texts)
+    episodes = episodes or {}
+    prompts = episodes.get("prompts") or [r["prompt"] for r in rows for _ in range(n)]
+    completions = episodes.get("completions") or (
+        [[{"role": "assistant", "content": t}] for t in texts] if is_conversational(rows[0]["prompt"]) else list(texts))
     keys = dict.fromkeys(k for r in rows for k in r if k != "prompt")  # every row's: rows[0] may lack one
     columns = {k: [r.get(k) for r in rows for _ in range(n)] for k in keys}
     rewards, metrics = score_completions(reward_funcs, prompts, completions, columns, completion_ids=completion_ids,
-                                         trainer_state=trainer_state, timeout_s=timeout_s)  # [N, F]
+                                         trainer_state=trainer_state, timeout_s=timeout_s,
+                                         environments=episodes.get("environments"))  # [N, F]
     return rewards, {**metrics, **column_metrics(reward_funcs, rewards)}
 
 

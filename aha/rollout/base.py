@@ -31,7 +31,18 @@ class Rollout:
     version: int = 0
     """Weight version the engine sampled with (see Engine.update_weights)."""
     logprobs: list[list[float]] | None = None
-    """With SamplingParams.logprobs: log pi(token | prefix) of each generated token, logits / temperature."""
+    """With SamplingParams.logprobs: log pi(token | prefix) of each generated token, logits / temperature (0 on an
+    episode's tool tokens)."""
+    # An agent's episodes (aha.rollout.turns) carry more: completion_ids are then every token after the prompt,
+    # the model's turns and the tool turns between them.
+    loss_mask: list[list[int]] | None = None
+    """Episodes: 1 on each token the model wrote, 0 on the tokens a tool or environment added (None: all 1)."""
+    prompt_ids: list[list[int]] | None = None
+    """Episodes: each one's own prompt ids (its environment's reset may change its prompt)."""
+    episodes: list[dict] | None = None
+    """Episodes: each one's prompt messages, turns (token spans, texts, tool calls and outcomes) and finish."""
+    environments: list | None = None
+    """Episodes: each one's environment, a live object of this process (dropped before a rollout leaves it)."""
 
 
 GroupCallback = Callable[[int, Rollout], None]

@@ -1,6 +1,7 @@
 """Tasks by name: a file per family registers its tasks; `get_task` is the one resolver.
 
     arithmetic   column addition, worked in <think> (arithmetic.py, the embedded default)
+    add_check    addition answered at once, sometimes checked by columns: reflection that can pay (checked.py)
     chat_add/sub two-number questions for small instruct models (chat.py)
     A+B          equal parts of tasks that share their verifiers (base.mixture)
     gsm8k, math500, humaneval, jsonl:PATH   benchmarks from offline copies, any JSONL (benchmarks.py)
@@ -8,7 +9,7 @@
 
 from __future__ import annotations
 
-from . import arithmetic, benchmarks, chat  # noqa: F401  (importing registers their tasks)
+from . import arithmetic, benchmarks, chat, checked  # noqa: F401  (importing registers their tasks)
 from .base import TASKS, Task, mixture, register_task, split_of, task_corpus
 
 

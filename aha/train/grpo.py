@@ -1,8 +1,10 @@
 """The GRPO loop: generate a group per prompt, score, group-relative advantages, clipped update.
 
 `GRPOTrainer.step` is the whole algorithm and reads top to bottom; everything it calls is a box of
-its own (rollout engine, reward scoring, algos, log-probabilities, checkpoints). What flows through
-one step is a `GRPOBatch`; what the update adds up is `LossSums`.
+its own: the experience box (aha.rollout.experience: engine, scoring, advantages), the learner (learner.py:
+log-probabilities, the clipped update), checkpoints. What flows through one step is a `GRPOBatch`
+(batch.py); what the update adds up is `LossSums`. With workers (args.distributed), the same calls go to the
+Ray pipeline built from the experience box and the learner.
 
 Where this departs from the DeepSeekMath paper, by default (each a config switch):
 - loss aggregation is DAPO's token mean over the batch (`loss_type="dapo"`), not the per-sequence mean;
@@ -12,28 +14,28 @@ Where this departs from the DeepSeekMath paper, by default (each a config switch
 
 from __future__ import annotations
 
-import inspect
 import math
-import queue
-import threading
 import time
 from typing import Callable
 
 import torch
 from torch import Tensor
 
-from .. import algos
 from ..behaviour import behaviour_metrics
 from ..config import GRPOConfig
-from ..data import PromptTooLong, check_row, encode_prompt, has_columns, is_stream, load_rows
+from ..data import PromptTooLong, encode_prompt, load_rows
+from ..envs import Agent
+from ..envs.base import PLACEHOLDER_PROMPT
 from ..metrics import append_jsonl
 from ..models import context_length, setup_model
-from ..rewards import (check_columns, check_not_all_null, completion_text, get_reward, last_failure,
-                       merge_reward_metrics, reward_name, score_groups)
-from ..rewards.scoring import needed_columns
-from ..rollout import HFEngine, SamplingParams
-from .learner import GRPOBatch, Learner, LossSums
-from .loop import PromptSampler, StreamSampler, Trainer, seed_everything
+from ..rewards import check_columns, completion_text, get_reward, reward_name, score_groups
+from ..rollout import SamplingParams
+from ..rollout.experience import Experience, episode_inputs
+from ..rollout.turns import greedy_episodes
+from ..rollout.prompts import PromptSource
+from .batch import GRPOBatch, LossSums
+from .learner import Learner
+from .loop import Trainer, seed_everything
 from .records import GROUPS_LOG, GroupRecorder
 
 __all__ = ["GRPOTrainer", "GRPOBatch", "LossSums", "Learner"]
@@ -41,9 +43,6 @@ __all__ = ["GRPOTrainer", "GRPOBatch", "LossSums", "Learner"]
 TIME_FLOOR_S = 1e-9
 """Lower bound on a measured duration before dividing by it (a phase that did no work)."""
 COMPLETIONS_LOG = "completions.jsonl"
-SCORER_GRACE_S = 30.0
-"""With stream_rewards, how long past its reward calls' own bound (groups x functions x reward_timeout) the
-scoring thread may take after generation ends before the step fails."""
 
 
 def disable_dropout(model) -> None:
@@ -56,9 +55,10 @@ def disable_dropout(model) -> None:
             module.attention_dropout = 0.0
 
 
-def import_reward(spec: str) -> Callable:
-    """"module:function" -> the function; the module is looked up on sys.path and then in the current
-    directory (so `reward_funcs=[myrew:exact]` finds ./myrew.py). Either missing is one clear error."""
+def import_reward(spec: str, what: str = "reward function") -> Callable:
+    """"module:function" -> the function (or class); the module is looked up on sys.path and then in the current
+    directory (so `reward_funcs=[myrew:exact]` finds ./myrew.py; `tools` and `environment` too). Either missing is
+    one clear error that names `what` was asked for."""
     import importlib
     import os
     import sys
@@ -67,19 +67,30 @@ def import_reward(spec: str) -> Callable:
         mod = importlib.import_module(module)
     except ModuleNotFoundError as e:
         if e.name != module.split(".")[0] or os.getcwd() in sys.path:
-            raise ValueError(f"reward function {spec!r}: cannot import module {module!r}: {e}") from e
+            raise ValueError(f"{what} {spec!r}: cannot import module {module!r}: {e}") from e
         sys.path.append(os.getcwd())
         try:
             mod = importlib.import_module(module)
         except ModuleNotFoundError as e2:
-            raise ValueError(f"reward function {spec!r}: no module {module!r} on the Python path or in the current "
+            raise ValueError(f"{what} {spec!r}: no module {module!r} on the Python path or in the current "
                              f"directory ({os.getcwd()})") from e2
         finally:
             sys.path.remove(os.getcwd())
     fn = getattr(mod, attr, None)
     if not callable(fn):
-        raise ValueError(f"reward function {spec!r}: module {module!r} ({mod.__file__}) has no function {attr!r}")
+        raise ValueError(f"{what} {spec!r}: module {module!r} ({mod.__file__}) has no function {attr!r}")
     return fn
+
+
+def make_agent(args: GRPOConfig, tools: list | None, environment_factory) -> Agent | None:
+    """The run's tools and environments (TRL's `tools=` and `environment_factory=`, else the config's
+    module:function names), or None for a run without them."""
+    tools = list(tools) if tools is not None else [import_reward(t, "tool") for t in args.tools]
+    if environment_factory is None and args.environment:
+        environment_factory = import_reward(args.environment, "environment")
+    if not tools and environment_factory is None:
+        return None
+    return Agent(tools, environment_factory, args.tool_timeout)
 
 
 def resolve_reward_funcs(specs: list, kwargs: dict | None = None) -> list[Callable]:
@@ -110,30 +121,25 @@ def resolve_reward_funcs(specs: list, kwargs: dict | None = None) -> list[Callab
 
 
 class GRPOTrainer(Trainer):
-    """TRL-style entry point: `GRPOTrainer(model, reward_funcs, args, train_dataset).train()`."""
+    """TRL-style entry point: `GRPOTrainer(model, reward_funcs, args, train_dataset).train()`; an agent's with
+    `tools=[...]` and/or `environment_factory=...` (aha.envs, TRL's contract)."""
 
     headline = {"reward": ("reward/mean", "{:.3f}"), "len": ("completion/len_mean", "{:.0f}"),
                 "acc": ("eval/accuracy", "{:.2f}"), "s/step": ("perf/step_s", "{:.2f}")}
     step_logs = Trainer.step_logs + (COMPLETIONS_LOG, GROUPS_LOG)
 
-    def __init__(self, model, reward_funcs, args: GRPOConfig | None = None, train_dataset=None,
+    def __init__(self, model, reward_funcs=None, args: GRPOConfig | None = None, train_dataset=None,
                  eval_dataset=None, processing_class=None, callbacks=None, peft_config=None,
-                 eval_fn: Callable[[object, object], dict] | None = None, engine_factory: Callable | None = None):
+                 eval_fn: Callable[[object, object], dict] | None = None, engine_factory: Callable | None = None,
+                 tools: list[Callable] | None = None, environment_factory=None):
         args = args or GRPOConfig()
         super().__init__(args, eval_fn, callbacks)
         seed_everything(args.seed)
-        self.reward_funcs = resolve_reward_funcs(
-            reward_funcs if isinstance(reward_funcs, (list, tuple)) else [reward_funcs], args.reward_kwargs)
-        if not self.reward_funcs:
-            raise ValueError("no reward functions given")
-        self.required_columns = tuple(dict.fromkeys(c for f in self.reward_funcs for c in needed_columns(f)))
-        """Dataset columns the reward functions read: every row must have each (checked once per row, at load)."""
-        w = args.reward_weights or [1.0] * len(self.reward_funcs)
-        if len(w) != len(self.reward_funcs):
-            raise ValueError(f"{len(w)} reward_weights for {len(self.reward_funcs)} reward functions")
-        self.reward_weights = torch.tensor(w, dtype=torch.float32)                  # [F]
-        self.streaming = is_stream(train_dataset)
-        self.rows: dict[int, dict] | list[dict] = self._read_rows(train_dataset)
+        self.agent = make_agent(args, tools, environment_factory)
+        self.reward_funcs, self.reward_weights = self._rewards(reward_funcs)        # [F]
+        self.prompts = PromptSource(self._training_rows(train_dataset), self._prompt_column(), args.seed,
+                                    args.shuffle_dataset, self.reward_funcs)
+        self.streaming = self.prompts.streaming
 
         self.model, self.tokenizer = setup_model(args, model, processing_class, peft_config)
         if args.disable_dropout:
@@ -141,71 +147,101 @@ class GRPOTrainer(Trainer):
         if args.sync_ref_model and hasattr(self.model, "peft_config"):
             raise ValueError("sync_ref_model needs a separate reference model; with LoRA the reference is the "
                              "base model with adapters disabled")
-        self.prompt_ids = {} if self.streaming else self._encode_all()
+        if self.agent is None:  # an agent's prompts are encoded per episode, after its environment's reset
+            self.prompts.encode_with(self._encode)
         self._max_steps = args.max_steps or self._steps_for_epochs()  # a set max_steps wins, as in TRL
         self.learner = Learner(args, self.model, self.tokenizer.pad_token_id, self.generator,
                                args.optimizer_steps_per_step * self._max_steps)
         self.ref_model, self.optimizer, self.scheduler = (self.learner.ref_model, self.learner.optimizer,
                                                           self.learner.scheduler)
-        self.engine_factory = engine_factory or HFEngine.for_model
-        """(model, tokenizer, max_batch) -> an Engine; rollout workers build theirs with it too."""
-        self.engine = self.engine_factory(self.model, self.tokenizer, args.generation_max_batch)
-        self.sampling = SamplingParams(args.temperature, args.top_p, args.top_k, args.max_completion_length,
-                                       logprobs=args.max_staleness > 0)
-        self.sampler = (StreamSampler(train_dataset, args.seed, self._admit, shuffle=args.shuffle_dataset)
-                        if self.streaming else PromptSampler(len(self.rows), args.seed, shuffle=args.shuffle_dataset))
+        self.experience = Experience(args, self.model, self.tokenizer, self.prompts, self.reward_funcs,
+                                     self.reward_weights, self.generator, self._max_steps, engine_factory, self.agent)
         if eval_dataset is not None:
             self.eval_fn = self._reward_eval(load_rows(eval_dataset, args.prompt_column), eval_fn)
         self.last_batch: GRPOBatch | None = None
         """The latest step's rollouts, for logging completions."""
-        self.fail_streak = {reward_name(f): 0 for f in self.reward_funcs}
-        """Consecutive steps on which each reward function raised or timed out."""
         self.recorder = GroupRecorder(self.run_dir, args.log_groups_steps, args.log_groups_max,
                                       args.log_groups_max_mb, args.num_generations)
         self.learner.recorder = self.recorder  # groups.jsonl takes the update's own per-token values
+        self.rollouts, self.updates = self.experience, self.learner
+        """Where the step's batch comes from and where it is trained: this process's experience box and learner,
+        or with workers (args.distributed) the Ray pipeline built from the two, which answers both calls."""
         self.pipeline = None
-        """With args.distributed: the Ray layer (rollout workers, reward workers, learners, scheduler)."""
         if args.distributed:
             from ..dist import Pipeline
-            self.pipeline = Pipeline(self)
+            self.pipeline = self.rollouts = self.updates = Pipeline(self.experience, self.learner)
+
+    def _rewards(self, reward_funcs) -> tuple[list[Callable], torch.Tensor]:
+        """The reward functions, then each environment class's get_reward (weight 1: reward_weights weigh the
+        reward_funcs only, as TRL's), and their weights [F]."""
+        given = [] if reward_funcs is None else reward_funcs if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
+        funcs = resolve_reward_funcs(given, self.args.reward_kwargs)
+        w = self.args.reward_weights or [1.0] * len(funcs)
+        if len(w) != len(funcs):
+            raise ValueError(f"{len(w)} reward_weights for {len(funcs)} reward functions")
+        env_rewards = self.agent.rewards if self.agent is not None else []
+        if not funcs and not env_rewards:
+            raise ValueError("no reward functions given" + (
+                " (and no environment defines get_reward)" if self.agent is not None else ""))
+        return funcs + env_rewards, torch.tensor(w + [1.0] * len(env_rewards), dtype=torch.float32)
+
+    def _training_rows(self, train_dataset):
+        """The dataset; with an environment that owns its data and none given, one prompt's worth of placeholder
+        rows (an empty user message: reset writes the prompt), drawn again every step, as TRL's."""
+        if train_dataset is not None or self.agent is None or not self.agent.has_environments:
+            return train_dataset
+        if self.agent.multi:
+            raise ValueError("a dict of environment factories needs a train_dataset whose `environment` column "
+                             "routes each row to one (or pass a single factory)")
+        if self.args.num_train_epochs is not None and not self.args.max_steps:
+            raise ValueError("the environment owns the data (no train_dataset): set max_steps, not num_train_epochs")
+        return [{"prompt": list(PLACEHOLDER_PROMPT)} for _ in range(self.args.prompts_per_step)]
+
+    def _prompt_column(self) -> str | None:
+        """An environment may write the whole prompt in reset: then a row needs none (TRL's placeholder stands in)."""
+        environments = self.agent is not None and self.agent.has_environments
+        return None if environments and self.args.prompt_column == "prompt" else self.args.prompt_column
 
     @property
     def max_steps(self) -> int:
         return self._max_steps
 
-    def _read_rows(self, train_dataset) -> dict[int, dict] | list[dict]:
-        """The training rows, checked against the reward functions' columns: every row has each column they read
-        (a row without one would only be counted in `reward/data_errors`). A streaming dataset's rows arrive as
-        training reads them (StreamSampler): none is kept now, the first is checked now, each one as it is read."""
-        if not self.streaming:
-            rows = load_rows(train_dataset, self.args.prompt_column)
-            check_columns(self.reward_funcs, {k: None for k in rows[0]})
-            rows = [has_columns(r, i, self.required_columns) for i, r in enumerate(rows)]
-            check_not_all_null(self.reward_funcs, rows)
-            return rows
-        if iter(train_dataset) is train_dataset:
-            raise ValueError(f"train_dataset is a {type(train_dataset).__name__}, which can be read only once, and "
-                             "training reads its rows again every epoch: pass a list, a datasets.Dataset, or "
-                             "datasets.IterableDataset.from_generator(a function that makes the generator)")
-        first = check_row(next(iter(train_dataset), None) or {}, 0, self.args.prompt_column)
-        check_columns(self.reward_funcs, {k: None for k in first})
-        return {}
+    @property
+    def engine(self):
+        """The experience box's generation engine (it samples with the policy's weights)."""
+        return self.experience.generation.engine
+
+    @engine.setter
+    def engine(self, engine) -> None:
+        self.experience.generation.engine = engine
+
+    @property
+    def sampler(self):
+        """The order prompts are drawn in (the experience box's)."""
+        return self.prompts.sampler
+
+    @sampler.setter
+    def sampler(self, sampler) -> None:
+        self.prompts.sampler = sampler
+
+    @property
+    def rows(self):
+        """The training rows (a stream's: only those read and not yet drawn)."""
+        return self.prompts.rows
+
+    @property
+    def prompt_ids(self):
+        return self.prompts.prompt_ids
 
     def trainer_state(self, step: int):
-        """The transformers TrainerState a reward function gets as `trainer_state` at GRPO step `step`, as TRL
-        passes it (global_step, max_steps, epoch: passes over the prompts so far; None for a streaming dataset)."""
-        from transformers import TrainerState
-        epoch = None if self.streaming else step * self.args.prompts_per_step / len(self.rows)
-        return TrainerState(global_step=step, max_steps=self.max_steps, epoch=epoch)
+        """The transformers TrainerState reward functions get at GRPO step `step` (see Experience.trainer_state)."""
+        return self.experience.trainer_state(step)
 
     def _steps_for_epochs(self) -> int:
         """TRL's num_train_epochs: steps of B prompts that make that many passes over the prompts."""
         if self.streaming:
             raise ValueError("num_train_epochs needs a dataset of known length; with a streaming dataset set max_steps")
-        return max(1, math.ceil(self.args.num_train_epochs * len(self.rows) / self.args.prompts_per_step))
-
-    def _encode_all(self) -> list[list[int]]:
-        return [self._encode(i, r) for i, r in enumerate(self.rows)]
+        return max(1, math.ceil(self.args.num_train_epochs * len(self.prompts) / self.args.prompts_per_step))
 
     def _encode(self, i: int, row: dict) -> list[int]:
         """Prompt token ids of dataset row i. An empty prompt, one too long for the context (refused untokenized
@@ -213,7 +249,8 @@ class GRPOTrainer(Trainer):
         ctx, m = context_length(self.model), self.args.max_completion_length
         too_long = f"with max_completion_length {m} it exceeds the model's context of {ctx}"
         try:
-            ids = encode_prompt(self.tokenizer, row["prompt"], max_tokens=ctx - m if ctx else None)
+            ids = encode_prompt(self.tokenizer, row["prompt"], max_tokens=ctx - m if ctx else None,
+                                template_kwargs=self.args.chat_template_kwargs)
         except PromptTooLong as e:
             raise ValueError(f"prompt {i} has {e}; {too_long}") from None
         except TypeError as e:  # e.g. "TextEncodeInput must be Union[...]"
@@ -225,27 +262,18 @@ class GRPOTrainer(Trainer):
             raise ValueError(f"prompt {i} has {len(ids)} tokens; {too_long}")
         return ids
 
-    def _admit(self, i: int, row) -> None:
-        """A row read from a streaming dataset: checked (the reward functions' columns too), encoded, kept until
-        its step is done."""
-        self.rows[i] = check_row(row, i, self.args.prompt_column, self.required_columns)
-        self.prompt_ids[i] = self._encode(i, self.rows[i])
-
     # ------------------------------------------------------------------ the step
     def step(self) -> dict[str, float]:
-        """One GRPO step: B prompts -> B*G completions -> rewards -> advantages -> update -> new weights."""
+        """One GRPO step: B prompts -> B*G episodes -> rewards -> advantages -> update -> new weights."""
         t0 = time.perf_counter()
         with self.autocast():
-            batch, metrics = self.pipeline.next_batch() if self.pipeline else self.next_batch()
+            batch, metrics = self.rollouts.next_batch(self.step_count)
             t1 = time.perf_counter()
-            sums, update_metrics = (self.pipeline or self.learner).update(batch)
-        if self.pipeline:
-            metrics.update(self.pipeline.publish())
-        else:
-            self.engine.update_weights(self.model, self.learner.version)
+            sums, update_metrics = self.updates.update(batch)
+        metrics.update(self.rollouts.publish(self.step_count + 1))  # the weights after this step: version step + 1
         t2 = time.perf_counter()
 
-        lengths = torch.tensor([len(c) for c in batch.completion_ids], dtype=torch.float32)  # [N]
+        lengths = batch.model_tokens.float()                                         # [N] the model's tokens
         t_gen = metrics.pop("perf/generate_s")
         metrics.update(update_metrics)
         metrics.update({
@@ -262,188 +290,57 @@ class GRPOTrainer(Trainer):
         return metrics
 
     def next_batch(self) -> tuple[GRPOBatch, dict[str, float]]:
-        """This process's rollouts for one step (the Ray layer has its own, with the same `assemble`)."""
-        def sample(k: int) -> list[tuple[GRPOBatch, dict[str, float]]]:
-            return [self.rollout(self.sampler.take(k))]
-        t0 = time.perf_counter()
-        batch, metrics = self.assemble(sample(self.args.prompts_per_step), sample)
-        if self.streaming:  # the batch holds what it needs: a stream's rows are not kept
-            self.rows.clear()
-            self.prompt_ids.clear()
-        metrics["perf/generate_s"] = time.perf_counter() - t0 - metrics.pop("perf/score_s")
-        return batch, metrics
-
-    def assemble(self, parts: list[tuple[GRPOBatch, dict[str, float]]],
-                 more: Callable[[int], list[tuple[GRPOBatch, dict[str, float]]]]) -> tuple[GRPOBatch, dict[str, float]]:
-        """Scored groups -> the step's training batch with its advantages. With dynamic_sampling (DAPO), groups
-        whose rewards have no spread (they give no policy gradient) are dropped and `more(k)` samples k more
-        prompts, at most dynamic_sampling_max_rounds times; surplus groups are left out, and a batch still short
-        after the last round is filled with groups without spread (as if dynamic sampling were off for them).
-        Reward metrics describe every group sampled this step; `sampling/*` counts what was dropped."""
-        a, B = self.args, self.args.prompts_per_step
-        batch, rounds = GRPOBatch.cat([b for b, _ in parts]), 0
-        keep = list(range(len(batch.rows)))
-        while a.dynamic_sampling:
-            keep = self._spread_groups(batch)
-            if len(keep) >= B or rounds == a.dynamic_sampling_max_rounds:
-                break
-            rounds += 1
-            new = more(B - len(keep))
-            parts, batch = parts + new, GRPOBatch.cat([batch] + [b for b, _ in new])
-        metrics = merge_reward_metrics(self.reward_funcs, [m for _, m in parts], batch.rewards_per_func)
-        self._check_failures(metrics)
-        ok = batch.rewards[torch.isfinite(batch.rewards)]
-        metrics.update({"reward/mean": ok.mean().item() if len(ok) else float("nan"),
-                        "reward/std": ok.std().item() if len(ok) > 1 else float("nan"),
-                        "reward/excluded_frac": 1 - len(ok) / len(batch.rewards)})
-        if a.dynamic_sampling:
-            kept = set(keep)
-            chosen = (keep + [g for g in range(len(batch.rows)) if g not in kept])[:B]
-            metrics.update({"sampling/dropped_groups": float(len(batch.rows) - B), "sampling/rounds": float(rounds),
-                            "sampling/groups": float(min(len(keep), B))})
-            batch = batch.groups(chosen)
-        batch.advantages, adv_metrics = algos.compute_advantages(a.advantage_estimator, batch.rewards,
-                                                                 a.num_generations)  # [N]
-        return batch, {**metrics, **adv_metrics}
-
-    def _spread_groups(self, batch: GRPOBatch) -> list[int]:
-        """Groups with at least two rewards that differ: the ones that carry a learning signal."""
-        g = algos.group_stats(batch.rewards, batch.group_size)
-        return ((g.count.squeeze(-1) >= 2) & (g.std.squeeze(-1) > 0)).nonzero().squeeze(-1).tolist()
-
-    def rollout(self, idx: list[int]) -> tuple[GRPOBatch, dict[str, float]]:
-        """Generate G completions for each of the B prompts `idx` and score them (advantages: `assemble`).
-        `perf/score_s` is the scoring time left after generation ended; `perf/reward_s` all of it."""
-        rows, prompts = [self.rows[i] for i in idx], [self.prompt_ids[i] for i in idx]
-        if (self.args.stream_rewards and len(idx) > 1
-                and "on_group" in inspect.signature(self.engine.generate).parameters):  # an optional Engine argument
-            return self._streamed_rollout(rows, prompts)
-        out = self.engine.generate(prompts, self.args.num_generations, self.sampling, self.generator)
-        t0 = time.perf_counter()
-        batch, metrics = self.score(rows, prompts, out)
-        scoring = time.perf_counter() - t0
-        return batch, {**metrics, "perf/score_s": scoring, "perf/reward_s": scoring}
-
-    def _streamed_rollout(self, rows: list[dict], prompts: list[list[int]]) -> tuple[GRPOBatch, dict[str, float]]:
-        """`rollout` with each group scored on a helper thread while this thread decodes the rest. The decode stays
-        here: torch's small CPU ops ran about 1.45x slower on a thread other than the main one (BENCHMARKS.md)."""
-        finished: queue.Queue = queue.Queue()
-        parts: list = [None] * len(rows)
-        result: dict = {"scoring": 0.0}
-
-        def score_groups_as_they_come() -> None:
-            try:
-                while (item := finished.get()) is not None:  # the end mark always comes: put in a finally below
-                    t0 = time.perf_counter()
-                    i, group = item
-                    parts[i] = self.score([rows[i]], [prompts[i]], group)
-                    result["scoring"] += time.perf_counter() - t0
-            except BaseException as e:  # re-raised on the calling thread
-                result["error"] = e
-
-        scorer = threading.Thread(target=score_groups_as_they_come, daemon=True, name="aha-score")
-        scorer.start()
-        try:
-            self.engine.generate(prompts, self.args.num_generations, self.sampling, self.generator,
-                                 on_group=lambda i, r: finished.put((i, r)))
-        finally:
-            finished.put(None)
-        end = time.perf_counter()
-        scorer.join(timeout=len(rows) * max(len(self.reward_funcs), 1) * self.args.reward_timeout + SCORER_GRACE_S)
-        if scorer.is_alive():
-            raise TimeoutError(f"scoring {len(rows)} groups did not end within reward_timeout="
-                               f"{self.args.reward_timeout} s per call and group ({SCORER_GRACE_S:g} s of grace)")
-        if "error" in result:
-            raise result["error"]
-        if any(p is None for p in parts):
-            raise RuntimeError(f"the engine reported no finished completions for prompts "
-                               f"{[i for i, p in enumerate(parts) if p is None]}")
-        batch = GRPOBatch.cat([b for b, _ in parts])
-        metrics = merge_reward_metrics(self.reward_funcs, [m for _, m in parts], batch.rewards_per_func)
-        return batch, {**metrics, "perf/score_s": time.perf_counter() - end, "perf/reward_s": result["scoring"]}
-
-    def score(self, rows: list[dict], prompt_ids: list[list[int]], out, texts: list[str] | None = None
-              ) -> tuple[GRPOBatch, dict[str, float]]:
-        """A Rollout of G completions per row -> the scored GRPOBatch (advantages 0 until `assemble`)."""
-        texts = texts if texts is not None else self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
-        state = self.trainer_state(self.step_count)
-        rpf, metrics = score_groups(self.reward_funcs, rows, texts, self.args.num_generations, out.completion_ids,
-                                    state, self.args.reward_timeout)                # [N,F]
-        return self.make_batch(rows, prompt_ids, out, texts, rpf), metrics
-
-    def make_batch(self, rows: list[dict], prompt_ids: list[list[int]], out, texts: list[str], rpf: Tensor) -> GRPOBatch:
-        G, N = self.args.num_generations, len(texts)
-        behaviour = None if out.logprobs is None else [torch.tensor(x, dtype=torch.float32) for x in out.logprobs]
-        return GRPOBatch(rows=rows, prompt_ids=[p for p in prompt_ids for _ in range(G)],
-                         completion_ids=out.completion_ids, texts=texts, truncated=torch.tensor(out.truncated),
-                         rewards_per_func=rpf, rewards=self._combine(rpf), advantages=torch.zeros(N),
-                         versions=torch.full((N,), out.version, dtype=torch.long), behaviour_logprobs=behaviour)
+        """This step's batch from the experience box (as `step` gets it), without training on it."""
+        return self.rollouts.next_batch(self.step_count)
 
     def train(self, resume_from_checkpoint: str | bool | None = None) -> dict[str, float]:
         try:
             return super().train(resume_from_checkpoint)
-        finally:
-            if self.pipeline:  # the final weights come home; actors (and a Ray started here) end
-                self.pipeline.close()
+        finally:  # with workers: the final weights come home; actors (and a Ray started here) end
+            self.rollouts.close()
 
     def _state(self) -> dict:
         state = super()._state()
-        if self.pipeline:  # prompts of steps already in flight are drawn again after a resume
-            state["sampler"] = self.pipeline.sampler_state()
+        state["sampler"] = self.rollouts.sampler_state()  # prompts of steps in flight are drawn again after a resume
         return state
 
     def save_checkpoint(self):
-        if self.pipeline:
-            self.pipeline.pull()
+        self.rollouts.pull()  # with remote learners: their weights, optimizer and schedule
         return super().save_checkpoint()
 
     def _evaluate(self) -> dict[str, float]:
-        if self.pipeline:
-            self.pipeline.pull()
+        self.rollouts.pull()
         return super()._evaluate()
 
     def _restore(self, path) -> None:
         super()._restore(path)
         self.learner.version = self.step_count
-        self.engine.update_weights(self.model, self.step_count)
-        if self.pipeline:
-            self.pipeline.restored()
+        self.rollouts.restored(self.step_count)
 
     def _reward_eval(self, rows: list[dict], eval_fn: Callable | None) -> Callable:
-        """An eval hook for `eval_dataset`: greedy completions scored with the reward functions
-        (`eval/reward/mean`, `eval/reward/<name>/mean`), beside what `eval_fn` reports."""
+        """An eval hook for `eval_dataset`: greedy completions (an agent's: greedy episodes) scored with the reward
+        functions (`eval/reward/mean`, `eval/reward/<name>/mean`), beside what `eval_fn` reports."""
         check_columns(self.reward_funcs, {k: None for k in rows[0]})
-        ids = [encode_prompt(self.tokenizer, r["prompt"]) for r in rows]
-        greedy = SamplingParams(0.0, 1.0, 0, self.args.max_completion_length)
+        a = self.args
+        ids = None if self.agent else [encode_prompt(self.tokenizer, r["prompt"], template_kwargs=a.chat_template_kwargs)
+                                        for r in rows]
+        greedy = SamplingParams(0.0, 1.0, 0, a.max_completion_length)
 
         def evaluate(model, tokenizer) -> dict[str, float]:
-            out = self.engine.generate(ids, 1, greedy)
+            if self.agent is None:
+                out = self.engine.generate(ids, 1, greedy)
+            else:
+                out, envs = greedy_episodes(model, tokenizer, self.agent, rows, a.max_completion_length,
+                                            a.max_tool_calling_iterations, a.chat_template_kwargs)
+                out.environments = envs if self.agent.has_environments else None
             texts = tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
             rpf, scored = score_groups(self.reward_funcs, rows, texts, 1, out.completion_ids,
-                                       timeout_s=self.args.reward_timeout)            # [E,F]
-            total = self._combine(rpf)                                               # [E]
+                                       timeout_s=a.reward_timeout, episodes=episode_inputs(out))  # [E,F]
+            total = self.experience.combine(rpf)                                     # [E]
             metrics = {k: v for k, v in scored.items() if k.endswith("/mean")}            # reward/<name>/mean
             metrics["reward/mean"] = total[total.isfinite()].mean().item() if total.isfinite().any() else math.nan
             return {**(eval_fn(model, tokenizer) if eval_fn else {}), **metrics}
         return evaluate
-
-    def _check_failures(self, metrics: dict[str, float]) -> None:
-        """A reward function that fails step after step is a bug, not noise: stop instead of training on nothing."""
-        from ..rewards.scoring import NoUsableValue
-        for name in self.fail_streak:
-            self.fail_streak[name] = self.fail_streak[name] + 1 if metrics[f"reward/{name}/failed"] else 0
-            if self.args.reward_fail_steps and self.fail_streak[name] >= self.args.reward_fail_steps:
-                last = last_failure(name)  # an exit (SystemExit, KeyboardInterrupt) from a reward counts as a raise
-                what = "gave no usable value" if isinstance(last, NoUsableValue) else "raised or timed out"
-                raise RuntimeError(f"reward function {name} {what} on {self.fail_streak[name]} consecutive steps "
-                                   f"(last: {last!r}); fix it, or set reward_fail_steps=0 to train on without it"
-                                   ) from last
-
-    def _combine(self, rpf: Tensor) -> Tensor:
-        """Weighted sum over functions, NaN ignored; NaN only when no function gave a value."""
-        finite = torch.isfinite(rpf)                                                 # [N,F]
-        total = (torch.where(finite, rpf, torch.zeros_like(rpf)) * self.reward_weights).sum(-1)  # [N]
-        return torch.where(finite.any(-1), total, torch.full_like(total, float("nan")))  # [N]
 
     def _behaviour(self, batch: GRPOBatch, lengths: Tensor) -> dict[str, float]:
         """behaviour/* metrics (aha.behaviour); correct = correct_reward's value >= correct_threshold."""

@@ -1,15 +1,14 @@
-"""The update box: what flows into a GRPO update (`GRPOBatch`), what it adds up (`LossSums`), and the
-`Learner` that holds the policy, its reference and optimizer and applies num_iterations passes of clipped
-minibatch steps. The single-process trainer owns one Learner; the Ray layer runs one per rank.
+"""The update box: the `Learner` that holds the policy, its reference and optimizer and applies num_iterations
+passes of clipped minibatch steps to a `GRPOBatch` (batch.py), adding up `LossSums`. Every sum and denominator
+counts the model's own tokens only (the batch's loss mask): tool and environment tokens are context, with no
+gradient. The single-process trainer owns one Learner; the Ray layer runs one per rank (of the same class).
 """
 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import math
 from contextlib import nullcontext
-from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -17,85 +16,11 @@ from torch import Tensor
 
 from .. import algos
 from ..config import GRPOConfig
+from .batch import GRPOBatch, LossSums
 from .logprobs import completion_logprobs
 from .loop import build_optimizer, optimizer_step
 
-
-@dataclass
-class GRPOBatch:
-    """One step's rollouts, prompt-major: sequences i*G .. i*G+G-1 answer prompt i. N = B*G."""
-
-    rows: list[dict]                   # B dataset rows
-    prompt_ids: list[list[int]]        # N prompt token ids (row i's repeated G times)
-    completion_ids: list[list[int]]    # N generated token ids
-    texts: list[str]                   # N decoded completions
-    truncated: Tensor                  # [N] bool: hit max_completion_length without EOS
-    rewards_per_func: Tensor           # [N,F] NaN = excluded
-    rewards: Tensor                    # [N] weighted sum; NaN when no function gave a value
-    advantages: Tensor                 # [N]
-    versions: Tensor                   # [N] long: weight version that sampled each sequence
-    behaviour_logprobs: list[Tensor] | None = None  # N x [len(completion)]: log mu(token) at sampling time
-
-    @property
-    def prompts(self) -> list:
-        """N prompts as the dataset gave them (text or chat messages)."""
-        G = len(self.completion_ids) // len(self.rows)
-        return [r["prompt"] for r in self.rows for _ in range(G)]
-
-    @property
-    def version(self) -> int:
-        """The oldest weight version in the batch."""
-        return int(self.versions.min())
-
-    @property
-    def group_size(self) -> int:
-        return len(self.completion_ids) // len(self.rows)
-
-    def groups(self, keep: list[int]) -> "GRPOBatch":
-        """The batch of groups `keep` (indices into rows), in that order."""
-        G = self.group_size
-        seqs = [g * G + j for g in keep for j in range(G)]
-        pick = {"rows": lambda v: [v[g] for g in keep], "behaviour_logprobs": lambda v: v and [v[i] for i in seqs]}
-        return GRPOBatch(**{f.name: pick.get(f.name, lambda v: v[seqs] if isinstance(v, Tensor) else [v[i] for i in seqs])(
-            getattr(self, f.name)) for f in dataclasses.fields(self)})
-
-    @staticmethod
-    def cat(parts: list["GRPOBatch"]) -> "GRPOBatch":
-        """Batches of the same group size, one after another."""
-        def join(name: str):
-            values = [getattr(p, name) for p in parts]
-            if name == "behaviour_logprobs":
-                return None if any(v is None for v in values) else [x for v in values for x in v]
-            return torch.cat(values) if isinstance(values[0], Tensor) else [x for v in values for x in v]
-        return GRPOBatch(**{f.name: join(f.name) for f in dataclasses.fields(GRPOBatch)})
-
-
-@dataclass
-class LossSums:
-    """What the micro-steps of one update add up; token sums are over completion tokens in the loss."""
-
-    loss: float = 0.0          # sum of the aggregated micro-batch losses
-    tokens: float = 0.0        # completion tokens in the loss
-    kl: float = 0.0            # token sum of the KL estimate
-    entropy: float = 0.0       # token sum of the policy entropy
-    clip_low: float = 0.0      # tokens clipped at 1 - epsilon (A < 0)
-    clip_high: float = 0.0     # tokens clipped at 1 + epsilon_high (A > 0)
-    processed: int = 0         # prompt + completion tokens through forward and backward
-    stale_tokens: float = 0.0  # tokens sampled by older weights (off-policy)
-    is_weight: float = 0.0     # token sum of their behaviour weights
-    is_clipped: float = 0.0    # stale tokens whose weight hit off_policy_is_cap
-    is_max: float = 0.0        # largest behaviour weight (a max, not a sum)
-
-    def __add__(self, other: "LossSums") -> "LossSums":
-        return LossSums(*(max(getattr(self, f.name), getattr(other, f.name)) if f.name == "is_max"
-                          else getattr(self, f.name) + getattr(other, f.name) for f in dataclasses.fields(self)))
-
-    def as_tensor(self) -> Tensor:
-        return torch.tensor([float(getattr(self, f.name)) for f in dataclasses.fields(self)], dtype=torch.float64)
-
-    @classmethod
-    def from_tensor(cls, t: Tensor) -> "LossSums":
-        return cls(*t.tolist())
+__all__ = ["GRPOBatch", "Learner", "LossSums"]
 
 
 class Learner:
@@ -111,6 +36,8 @@ class Learner:
     def __init__(self, args: GRPOConfig, model, pad_id: int, generator: torch.Generator, total_steps: int,
                  shard: Callable | None = None):
         self.args, self.model, self.pad_id, self.generator = args, model, pad_id, generator
+        self.total_steps = total_steps
+        """Optimizer steps the schedule spans (a rank of the Ray layer is built with the same)."""
         self.is_peft = hasattr(model, "peft_config")
         self.ref_model = None  # with LoRA the reference is the base model with adapters disabled
         if args.beta > 0 and not self.is_peft:
@@ -135,14 +62,15 @@ class Learner:
         a, N = self.args, len(batch.completion_ids)
         mb = a.per_device_train_batch_size * a.gradient_accumulation_steps
         keep = ~batch.truncated if a.mask_truncated_completions else torch.ones(N, dtype=torch.bool)  # [N]
-        n_tok = torch.tensor([len(c) for c in batch.completion_ids]) * keep          # [N]
+        n_tok = batch.model_tokens * keep                                            # [N] model tokens in the loss
         reused = a.num_iterations > 1 or N > mb  # a later optimizer step sees weights that moved since sampling
         old = self.frozen_logprobs(batch, reference=False) if reused else None
         ref = self.frozen_logprobs(batch, reference=True) if a.beta > 0 else None
         trainable = keep & (n_tok > 0)                                               # [N]
         if a.skip_zero_advantage and a.beta == 0 and a.top_entropy_quantile >= 1.0:
-            trainable &= batch.advantages != 0   # such sequences add exactly 0 to loss and gradient (the
-            # entropy quantile is taken over a pass's tokens, so it needs them all)
+            trainable &= torch.tensor([bool(t.any()) for t in batch.token_advantages], dtype=torch.bool)
+            # such sequences add exactly 0 to loss and gradient (the entropy quantile is taken over a pass's
+            # tokens, so it needs them all)
         order_key = self._order_key(batch)
         reduce = self._all_reduce if self.world > 1 else None
         sums, grad_norms, skipped, loss_tokens = LossSums(), [], 0, 0
@@ -262,17 +190,19 @@ class Learner:
                     ref: list[Tensor] | None, denom: dict) -> LossSums:
         """Forward, loss and backward for the sequences `ids`; returns their token sums."""
         a = self.args
-        p, c = [batch.prompt_ids[i] for i in ids], [batch.completion_ids[i] for i in ids]
-        logp, mask, ent = self._logprobs(self.model, p, c, with_entropy=True)        # [n,T]
+        p, comps = [batch.prompt_ids[i] for i in ids], [batch.completion_ids[i] for i in ids]
+        logp, mask, ent = self._logprobs(self.model, p, comps, with_entropy=True)    # [n,T]
         T = logp.shape[1]
 
-        def stack(seqs):  # per-sequence 1-D log-probs -> [n,T]
+        def stack(seqs):  # per-sequence 1-D values (log-probs, masks, advantages) -> [n,T], 0 past each end
             return torch.stack([torch.nn.functional.pad(x, (0, T - len(x))) for x in seqs]).to(logp.device)
 
         old_lp = stack([old[i] for i in ids]) if old is not None else logp.detach()  # [n,T]
-        mask = mask * keep[ids].to(mask.device).unsqueeze(-1)                        # [n,T]
-        loss_tok, clip = algos.policy_loss(logp, old_lp, batch.advantages[ids].to(logp.device), mask,
-                                           a.epsilon, a.epsilon_high, a.importance_sampling_level, a.delta)  # [n,T]
+        model_tok = stack([batch.loss_mask[i] for i in ids]).to(mask.dtype)          # [n,T] 0 on tool tokens
+        mask = mask * model_tok * keep[ids].to(mask.device).unsqueeze(-1)            # [n,T] the tokens in the loss
+        adv = stack([batch.token_advantages[i] for i in ids])                        # [n,T]
+        loss_tok, clip = algos.policy_loss(logp, old_lp, adv, mask, a.epsilon, a.epsilon_high,
+                                           a.importance_sampling_level, a.delta)     # [n,T]
         if a.top_entropy_quantile < 1.0:  # the policy term on high-entropy tokens only; KL still on all
             loss_tok = loss_tok * algos.high_entropy_mask(ent, mask, a.top_entropy_quantile)  # [n,T]
         off = LossSums()
@@ -291,14 +221,14 @@ class Learner:
             kl_sum = float((kl.detach() * mask).sum())
         loss = algos.aggregate(a.loss_type, loss_tok, mask, **denom)
         if self.recorder is not None and self.recorder.wants(self.version + 1):  # groups.jsonl: this update's values
-            self.recorder.capture(ids, logp, loss_tok, clip, kl, mask,
+            self.recorder.capture(ids, [len(c) for c in comps], logp, loss_tok, clip, kl, mask,
                                   lambda t: algos.aggregate(a.loss_type, t, mask, **denom))
         loss.backward()
         return off + LossSums(loss=float(loss.detach()), tokens=float(mask.sum()), kl=kl_sum,
                               entropy=float((ent * mask).sum()), clip_low=float((clip["clip/low"] * mask).sum()),
                               clip_high=float((clip["clip/high"] * mask).sum()),
                               processed=sum(map(len, {tuple(q) for q in p} if a.share_prompts else p))
-                              + sum(map(len, c)))
+                              + sum(map(len, comps)))
 
     def _logprobs(self, model, prompts, comps, with_entropy=False):
         return completion_logprobs(model, prompts, comps, self.pad_id, self.args.temperature, with_entropy,

@@ -2,7 +2,10 @@
 
 One JSON line per group: the prompt, the G completions with their per-function rewards, total reward and
 advantage, the group's reward mean and std, and per token the text piece, log-prob, ratio, clip flag, KL and
-its term in the loss. The per-token values are the tensors of the real update (`GRPOTrainer._micro_step`),
+its term in the loss. An agent's episode adds its own prompt (after its environment's reset), its `turns`
+(assistant turns with their text and tool calls, tool turns with each call's outcome and message, each with its
+token span [start, end) in the completion), its `finish` (stop, length, tool_limit) and per token `model`: 1 on
+the tokens the model wrote, 0 on the tokens the tools added, which carry no loss (loss term 0, clip 0). The per-token values are the tensors of the real update (`GRPOTrainer._micro_step`),
 captured as it runs; nothing is recomputed with another formula. When a sequence is seen by several
 minibatch passes (num_iterations > 1) the last pass is kept. A sequence left out of the update (advantage 0
 with beta = 0, or masked as truncated) has text pieces only and `trained: false`.
@@ -63,16 +66,17 @@ class GroupRecorder:
         """Whether step `step` (1-based) is logged."""
         return bool(self.every) and step % self.every == 0 and not self.full
 
-    def capture(self, ids: list[int], logp: Tensor, loss_tok: Tensor, clip: dict[str, Tensor],
+    def capture(self, ids: list[int], lengths: list[int], logp: Tensor, loss_tok: Tensor, clip: dict[str, Tensor],
                 kl: Tensor | None, mask: Tensor, aggregate: Callable[[Tensor], Tensor]) -> None:
-        """Keep the values of the sequences `ids` (rows of the [n,T] tensors) that belong to a logged group."""
+        """Keep the values of the sequences `ids` (rows of the [n,T] tensors, `lengths` tokens each) that belong to
+        a logged group. Tokens out of the loss (`mask` 0: an episode's tool tokens) have clip 0 and loss term 0."""
         keep = [r for r, i in enumerate(ids) if i < self.max_groups * self.G]
         if not keep:
             return
         terms = loss_terms(loss_tok, aggregate)                             # [n,T]
-        flag = (clip["clip/high"] - clip["clip/low"]).detach()               # [n,T] -1, 0, 1
+        flag = ((clip["clip/high"] - clip["clip/low"]) * mask).detach()      # [n,T] -1, 0, 1
         for r in keep:
-            n = int(mask[r].sum())
+            n = lengths[r]
             row = lambda t: _short(t[r, :n].detach().float().cpu().tolist())  # noqa: E731
             self.tokens[ids[r]] = {"logp": row(logp), "ratio": row(clip["ratio"]), "clip": [int(v) for v in row(flag)],
                                    "kl": row(kl) if kl is not None else None, "loss": row(terms)}
@@ -104,6 +108,10 @@ class GroupRecorder:
             seqs.append({"text": batch.texts[i], "rewards": _short(batch.rewards_per_func[i].tolist()),
                          "reward": _short([float(batch.rewards[i])])[0], "advantage": _short([float(batch.advantages[i])])[0],
                          "trained": bool(values), "tokens": {"piece": pieces, **values}})
+            if batch.episodes is not None:  # an agent's episode: its turns, and which tokens the model wrote
+                ep = batch.episodes[i]
+                seqs[-1].update({"prompt": ep["prompt"], "turns": ep["turns"], "finish": ep["finish"]})
+                seqs[-1]["tokens"]["model"] = batch.loss_mask[i].tolist()
         return {"step": step, "group": g, "prompt": batch.rows[g]["prompt"], "answer": batch.rows[g].get("answer"),
                 "reward_names": names, "mean": _short([float(stats.mean)])[0], "std": _short([float(stats.std)])[0],
                 "completions": seqs}

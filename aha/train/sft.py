@@ -6,6 +6,8 @@ import math
 import time
 from typing import Callable
 
+import torch
+
 from .. import algos
 from ..config import SFTConfig
 from ..data import encode_prompt, is_conversational, load_rows
@@ -14,8 +16,10 @@ from .logprobs import completion_logprobs
 from .loop import PromptSampler, Trainer, build_optimizer, optimizer_step, seed_everything
 
 
-def split_example(row: dict, cfg: SFTConfig) -> tuple[object, str]:
-    """(prompt, completion text) from prompt/completion columns or a messages conversation."""
+def split_example(row: dict, cfg: SFTConfig) -> tuple[object, str | list]:
+    """(prompt, completion) from prompt/completion columns or a messages conversation. A completion is text, or a
+    list of {"text", "train"} segments: an agent's demonstration, whose tool turns (train false) are read, not
+    learned."""
     if cfg.prompt_column in row and cfg.completion_column in row:
         comp = row[cfg.completion_column]
         if is_conversational(comp):
@@ -29,22 +33,31 @@ def split_example(row: dict, cfg: SFTConfig) -> tuple[object, str]:
                      f"got columns {sorted(row)}")
 
 
-def checked_example(i: int, example: tuple[object, str], cfg: SFTConfig) -> tuple[object, str]:
+def checked_example(i: int, example: tuple[object, str | list], cfg: SFTConfig) -> tuple[object, str | list]:
     """Row i's (prompt, completion), or an error naming the row and column when either is not text."""
     prompt, completion = example
     if not (isinstance(prompt, str) and prompt or is_conversational(prompt)):
         raise ValueError(f"SFT row {i}: the prompt ({cfg.prompt_column!r}) must be a non-empty string or a list of "
                          f"chat messages, got {prompt!r}")
+    if isinstance(completion, list) and completion and all(
+            isinstance(s, dict) and isinstance(s.get("text"), str) and isinstance(s.get("train"), bool)
+            for s in completion):
+        return prompt, completion
     if not isinstance(completion, str) or not completion:
         raise ValueError(f"SFT row {i}: the completion ({cfg.completion_column!r}, or the conversation's last "
                          f"assistant turn) must be a non-empty string, got {completion!r}")
     return prompt, completion
 
 
-def tokenize_example(tokenizer, prompt, completion: str) -> tuple[list[int], list[int]]:
-    """Prompt ids, and completion ids ending with EOS so the model learns to stop."""
-    comp = tokenizer(completion, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-    return encode_prompt(tokenizer, prompt), comp
+def tokenize_example(tokenizer, prompt, completion: str | list) -> tuple[list[int], list[int], list[int]]:
+    """Prompt ids, completion ids ending with EOS so the model learns to stop, and the completion's loss mask
+    (segments tokenized one by one: cut at special tokens, as an episode's are, they give the same ids)."""
+    segments = [{"text": completion, "train": True}] if isinstance(completion, str) else completion
+    comp, mask = [], []
+    for seg in segments:
+        ids = tokenizer(seg["text"], add_special_tokens=False)["input_ids"]
+        comp, mask = comp + ids, mask + [int(seg["train"])] * len(ids)
+    return encode_prompt(tokenizer, prompt), comp + [tokenizer.eos_token_id], mask + [1]
 
 
 class SFTTrainer(Trainer):
@@ -62,7 +75,7 @@ class SFTTrainer(Trainer):
         self.model, self.tokenizer = setup_model(args, model, processing_class, peft_config)
         self.examples = [tokenize_example(self.tokenizer, *checked_example(i, split_example(r, args), args))
                          for i, r in enumerate(rows)]
-        for i, (p, c) in enumerate(self.examples):
+        for i, (p, c, _) in enumerate(self.examples):
             if len(p) + len(c) > args.max_length:
                 raise ValueError(f"example {i} has {len(p) + len(c)} tokens, over max_length {args.max_length}")
         self.batch = args.per_device_train_batch_size * args.gradient_accumulation_steps
@@ -76,19 +89,20 @@ class SFTTrainer(Trainer):
 
     def step(self) -> dict[str, float]:
         a, t0 = self.args, time.perf_counter()
-        idx = sorted(self.sampler.take(self.batch), key=lambda i: sum(map(len, self.examples[i])))
-        total = sum(len(self.examples[i][1]) for i in idx)  # one denominator for all micro-batches
+        idx = sorted(self.sampler.take(self.batch), key=lambda i: sum(map(len, self.examples[i][:2])))
+        total = sum(sum(self.examples[i][2]) for i in idx)  # one denominator for all micro-batches: trained tokens
         self.model.train()
         loss_sum, tokens = 0.0, 0
         for s in range(0, len(idx), a.per_device_train_batch_size):
             part = [self.examples[i] for i in idx[s:s + a.per_device_train_batch_size]]
             with self.autocast():
-                logp, mask, _ = completion_logprobs(self.model, [p for p, _ in part], [c for _, c in part],
+                logp, mask, _ = completion_logprobs(self.model, [p for p, _, _ in part], [c for _, c, _ in part],
                                                     self.tokenizer.pad_token_id)      # [n,T]
-            loss = algos.aggregate("dapo", -logp, mask, num_tokens=total)  # token mean over the whole batch
+            trained = torch.tensor([m + [0] * (mask.shape[1] - len(m)) for _, _, m in part], device=mask.device)
+            loss = algos.aggregate("dapo", -logp, mask * trained, num_tokens=total)  # token mean over the batch
             loss.backward()
             loss_sum += float(loss.detach())
-            tokens += sum(len(p) + len(c) for p, c in part)
+            tokens += sum(len(p) + len(c) for p, c, _ in part)
         grad_norm = optimizer_step(a, self.model, self.optimizer, self.scheduler, loss_sum)
         dt = time.perf_counter() - t0
         return {"loss": loss_sum, "grad_norm": grad_norm, "lr": self.scheduler.get_last_lr()[0],

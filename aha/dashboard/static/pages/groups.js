@@ -1,7 +1,11 @@
 // Groups: what does one group look like? The G answers to one prompt with their rewards and advantages, and per
 // token what the update did. Colours share one scale across every group of the step, so a pale group is a group
 // the update barely moved; "colour by" shows the per-token quantities (log-prob, ratio, KL, clip) where they vary.
+// An agent's episode is shown turn by turn: each model turn with its tool calls, each tool turn with its results'
+// outcomes; the tokens the tools added are greyed, without colour: the model read them, they were not trained.
 "use strict";
+
+const RESULT_CHARS = 160;  // of a tool's result shown in its turn's header (all of it is in the tokens below)
 
 const COLOUR_BY = {
   loss: { label: "term in the loss", field: "loss", kind: "diverging", neg: [22, 163, 74], pos: [220, 38, 38],
@@ -15,12 +19,15 @@ const COLOUR_BY = {
               note: "darker: the policy found the token less likely" },
 };
 
-// the per-token values of completion c for a colour mode: tokens.advantage when recorded, else the answer's advantage
+// an agent's episode: token i was added by a tool (tokens.model 0), read by the model but not trained
+function isTool(c, i) { return !!c.tokens.model && c.tokens.model[i] === 0; }
+// the per-token values of completion c for a colour mode: tokens.advantage when recorded, else the answer's advantage;
+// none on tool tokens (no advantage, ratio or loss term of theirs is in the update)
 function tokenValues(c, mode) {
   const m = COLOUR_BY[mode], t = c.tokens, n = t.piece.length;
   let v = mode === "advantage" ? (t.advantage || (c.trained && c.advantage !== null ? Array(n).fill(c.advantage) : null)) : t[m.field];
   if (!v) return Array(n).fill(null);
-  return v.map(x => x === null || x === undefined ? null : m.log ? Math.log(x) : m.negate ? -x : x);
+  return v.map((x, i) => x === null || x === undefined || isTool(c, i) ? null : m.log ? Math.log(x) : m.negate ? -x : x);
 }
 function stepScale(groups, mode) {  // the largest |value| over every token of every group of the step
   let top = 0;
@@ -36,7 +43,7 @@ function colourOf(v, mode, scale) {
 // which per-token quantities differ between the tokens of one answer at this step (else the colour is per answer)
 function variation(groups) {
   const varies = f => groups.some(g => (g.completions || []).some(c => {
-    const v = (c.tokens[f] || []).filter(x => x !== null); return v.some(x => x !== v[0]); }));
+    const v = (c.tokens[f] || []).filter((x, i) => x !== null && !isTool(c, i)); return v.some(x => x !== v[0]); }));
   return Object.fromEntries(["loss", "ratio", "kl", "logp", "clip", "advantage"].map(f => [f, varies(f)]));
 }
 function variationNote(v, groups) {
@@ -51,9 +58,10 @@ function variationNote(v, groups) {
     (v.ratio ? ", ratio" : "") + (v.kl ? ", KL" : "") + "." : "Per-token terms differ at this step: the colours vary within answers.";
 }
 function tokenSpan(c, i, vals, mode, scale, detail) {
-  const t = c.tokens, clip = t.clip ? t.clip[i] : 0;
-  const cls = ["tok", c.trained ? "trained" : "", clip === 1 ? "clip-high" : clip === -1 ? "clip-low" : ""].join(" ").trim();
-  const span = el("span", { class: cls, style: `background:${colourOf(vals[i], mode, scale)}`, "data-v": vals[i] }, t.piece[i]);
+  const t = c.tokens, clip = t.clip ? t.clip[i] : 0, tool = isTool(c, i);
+  const cls = ["tok", tool ? "masked" : c.trained ? "trained" : "", clip === 1 ? "clip-high" : clip === -1 ? "clip-low" : ""].join(" ").trim();
+  const span = el("span", { class: cls, style: tool ? null : `background:${colourOf(vals[i], mode, scale)}`, "data-v": vals[i],
+                            title: tool ? "tool token: read, not trained" : null }, t.piece[i]);
   span.addEventListener("click", () => {
     document.querySelectorAll(".tok.selected").forEach(s => s.classList.remove("selected"));
     span.classList.add("selected");
@@ -61,7 +69,8 @@ function tokenSpan(c, i, vals, mode, scale, detail) {
     detail.replaceChildren(el("b", {}, JSON.stringify(t.piece[i])), ` log-prob ${fmt(t.logp ? t.logp[i] : null)}`,
       el("span", { class: "ratio" }, ` · ratio ${fmt(t.ratio ? t.ratio[i] : null)}`), ` · ${clipText}`,
       ` · KL ${fmt(t.kl ? t.kl[i] : null)} · loss term ${fmt(t.loss ? t.loss[i] : null)}`,
-      t.advantage ? ` · advantage ${fmt(t.advantage[i])}` : "", c.trained ? "" : " (not in the update)");
+      t.advantage ? ` · advantage ${fmt(t.advantage[i])}` : "",
+      tool ? " (a tool's token: read by the model, not trained)" : c.trained ? "" : " (not in the update)");
   });
   return span;
 }
@@ -83,12 +92,49 @@ function drawGroup(g, mode, scale, topAdv, detail) {
   const sorted = [...g.completions].sort((a, b) => (b.reward ?? -Infinity) - (a.reward ?? -Infinity));
   for (const c of sorted) {
     const per = g.reward_names.map((n, i) => `${n} ${fmt(c.rewards[i])}`).join(" · ");
-    const vals = tokenValues(c, mode);
-    const toks = el("div", { class: "tokens" }, ...c.tokens.piece.map((_, i) => tokenSpan(c, i, vals, mode, scale, detail)));
+    const vals = tokenValues(c, mode), toks = (from, to) => tokenRun(c, from, to, vals, mode, scale, detail);
     box.append(el("div", { class: "completion" }, el("div", { class: "meta" }, advantageBar(c.advantage, topAdv),
-      ` reward ${fmt(c.reward)} (${per}) · advantage ${fmt(c.advantage)}` + (c.trained ? "" : " · left out of the update")), toks));
+      ` reward ${fmt(c.reward)} (${per}) · advantage ${fmt(c.advantage)}` + (c.trained ? "" : " · left out of the update") +
+      (c.turns ? episodeMeta(c, g) : "")), c.turns ? episodeView(c, toks) : toks(0, c.tokens.piece.length)));
   }
   return box;
+}
+function tokenRun(c, from, to, vals, mode, scale, detail) {
+  const spans = [];
+  for (let i = from; i < Math.min(to, c.tokens.piece.length); i++) spans.push(tokenSpan(c, i, vals, mode, scale, detail));
+  return el("div", { class: "tokens" }, spans);
+}
+// ---------------------------------------------------------------- an agent's episode, turn by turn
+function episodeMeta(c, g) {
+  const model = c.tokens.model || [], own = model.filter(k => k === 1).length;
+  const prompt = c.prompt_text && c.prompt_text !== g.prompt_text ? ` · episode prompt: ${c.prompt_text}` : "";
+  return ` · finish ${c.finish ?? "–"} · ${own} model token(s), ${model.length - own} tool token(s)${prompt}`;
+}
+// each turn's header (a model turn's tool calls; a tool turn's results with their outcomes), then its tokens
+function episodeView(c, toks) {
+  const n = c.tokens.piece.length, end = c.turns.length ? c.turns[c.turns.length - 1].end : 0;
+  const turns = c.turns.map((t, k) => el("div", { class: `turn ${t.role === "tool" ? "tool" : "model"}`, "data-turn": k },
+    turnHeader(t, k), toks(t.start, t.end)));
+  return el("div", { class: "episode" }, turns, end < n ? toks(end, n) : []);
+}
+function turnHeader(t, k) {
+  if (t.role === "tool") return el("div", { class: "turn-head" }, `turn ${k + 1}, tool results (read, not trained): `,
+    ...(t.calls || []).map(callResult));
+  const calls = (t.tool_calls || []).map(c => el("code", { class: "call" + (c.error ? " bad" : "") },
+    `${c.name ?? "?"}(${JSON.stringify(c.arguments ?? {})})` + (c.error ? `: ${c.error}` : "")));
+  const dropped = t.dropped_results ? [" · results dropped (no room left): ", ...t.dropped_results.map(callResult)] : [];
+  return el("div", { class: "turn-head" }, `turn ${k + 1}, model`, calls.length ? ", calls " : " (no tool call)", calls, dropped);
+}
+function callResult(r) {
+  const text = String(r.content ?? ""), short = text.length > RESULT_CHARS ? text.slice(0, RESULT_CHARS) + "…" : text;
+  return el("span", { class: "call-result" }, el("code", {}, r.name ?? "?"), " → ",
+    el("span", { class: `outcome ${r.outcome === "ok" ? "ok" : "bad"}`, "data-outcome": r.outcome }, r.outcome ?? "–"), " ",
+    el("span", { class: "result-text", title: text }, short));
+}
+function maskedLegend(groups) {  // shown where the step holds tool tokens
+  const any = groups.some(g => (g.completions || []).some(c => (c.tokens.model || []).includes(0)));
+  return any ? el("div", { class: "legend", id: "masked-legend" }, el("span", { class: "tok masked" }, "tool"),
+    " tool tokens: read, not trained (no advantage, ratio or loss term, so no colour)") : "";
 }
 function legend(mode, scale, step, n) {
   const m = COLOUR_BY[mode];
@@ -119,7 +165,7 @@ page("groups", "Groups", async () => {
     const topAdv = Math.max(0, ...groups.flatMap(g => (g.completions || []).map(c => Math.abs(c.advantage ?? 0))));
     const v = variation(groups);
     body.replaceChildren(...(data.missing ? [el("p", {}, "This run has no groups.jsonl (log_groups_steps = 0?).")] :
-      [legend(mode, scale, data.step, groups.length), el("p", { class: "meta", id: "variation-note" }, variationNote(v, groups)),
+      [legend(mode, scale, data.step, groups.length), maskedLegend(groups), el("p", { class: "meta", id: "variation-note" }, variationNote(v, groups)),
        ...groups.map(g => drawGroup(g, mode, scale, topAdv, detail))]));
     setHashParams({ run: picker.value, step: data.step, colour: mode === "loss" ? "" : mode });
     curvesLink.href = `#curves?runs=${encodeURIComponent(picker.value)}`;

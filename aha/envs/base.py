@@ -1,0 +1,124 @@
+"""An agent's tools and environments, with TRL's contract (`GRPOTrainer(tools=..., environment_factory=...)`).
+
+- `tools`: plain functions (sync or async) every episode may call.
+- `environment_factory`: a class (or any zero-argument callable) building an environment, or a dict of them by
+  name. An environment is built per concurrent episode and reused across steps (reset between episodes), so an
+  expensive `__init__` is paid once. `reset(**row)` starts an episode with the dataset row's columns (the whole row,
+  as TRL passes it; with a dict of factories, all but `environment`) and returns None or a string, which is
+  appended to the prompt's last message (its content + the string, as TRL joins them; with no dataset the prompt
+  is one empty user message, so the string is the prompt). Its public methods are the episode's tools, after the
+  standalone ones. An optional `get_reward()` (sync or async) scores the episode it ran: it is a reward function
+  named after the class, weight 1 (`reward_weights` weigh the `reward_funcs` only), summed with them.
+- With a dict of factories, each row's `environment` column names its environment, and only that environment's
+  methods are offered to the episode.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Callable
+
+from .tools import Toolbox, tool_schema
+
+RESERVED = ("reset", "get_reward")
+"""Environment methods that are not tools."""
+PLACEHOLDER_PROMPT = [{"role": "user", "content": ""}]
+"""The prompt of a row without one (an environment that owns its data writes it in `reset`), as TRL's."""
+
+
+def methods(env) -> list[Callable]:
+    """An environment's tools: its public methods but reset and get_reward, in name order (as inspect lists them)."""
+    return [m for name, m in inspect.getmembers(env, predicate=inspect.ismethod)
+            if name not in RESERVED and not name.startswith("_")]
+
+
+class EnvironmentReward:
+    """An environment class's `get_reward` as a reward function: each episode of that exact class scores itself;
+    episodes of another environment get None (not applicable)."""
+
+    def __init__(self, env_type: type):
+        self.env_type, self.__name__ = env_type, env_type.__name__
+
+    def __call__(self, environments: list, **kwargs) -> list:
+        return [e.get_reward() if type(e) is self.env_type else None for e in environments]
+
+
+class AsyncEnvironmentReward(EnvironmentReward):
+    async def __call__(self, environments: list, **kwargs) -> list:
+        return [await e.get_reward() if type(e) is self.env_type else None for e in environments]
+
+
+class Agent:
+    """The tools and environment factories of a run, a pool of environments per name, and each name's schemas."""
+
+    def __init__(self, tools: list[Callable] | None = None, environment_factory=None, tool_timeout: float = 30.0):
+        self.tools, self.tool_timeout = list(tools or []), tool_timeout
+        self.multi = isinstance(environment_factory, dict)
+        self.factories: dict | None = (None if environment_factory is None else dict(environment_factory)
+                                       if self.multi else {None: environment_factory})
+        self.pool: dict = {}
+        self.rewards: list[EnvironmentReward] = []
+        self.schemas: dict = {None: [tool_schema(t) for t in self.tools]}
+        """Environment name -> the schemas of the tools its episodes see (None: no environment)."""
+        for name, factory in (self.factories or {}).items():
+            env = factory()  # probed once, then kept in the pool
+            if not callable(getattr(env, "reset", None)):
+                raise ValueError(f"environment {name or getattr(factory, '__name__', factory)!r}: an environment "
+                                 "must define a callable reset(**row)")
+            self.pool[name] = [env]
+            self.schemas[name] = self.schemas[None] + [tool_schema(m) for m in methods(env)]
+            get_reward = getattr(env, "get_reward", None)
+            if callable(get_reward) and type(env) not in [r.env_type for r in self.rewards]:
+                wrap = AsyncEnvironmentReward if inspect.iscoroutinefunction(get_reward) else EnvironmentReward
+                self.rewards.append(wrap(type(env)))
+
+    def __getstate__(self) -> dict:
+        """A copy in another process (a Ray rollout worker) builds its own environments."""
+        return {**self.__dict__, "pool": {}}
+
+    @property
+    def has_environments(self) -> bool:
+        return self.factories is not None
+
+    def environment_name(self, row: dict):
+        """The factory a row's episodes use (its `environment` column, with several); an unknown name raises."""
+        if not self.multi:
+            return None
+        name = row.get("environment")
+        if name not in self.factories:
+            raise ValueError(f"a row has environment={name!r}, which is not among the environments given to "
+                             f"environment_factory: {sorted(self.factories)}")
+        return name
+
+    def environments(self, names: list) -> list:
+        """One environment per episode, from the pool of each name (grown when a batch needs more at once); None
+        for each when there are only standalone tools."""
+        if not self.has_environments:
+            return [None] * len(names)
+        out, taken = [], {}
+        for name in names:
+            pool, k = self.pool.setdefault(name, []), taken.get(name, 0)
+            if k == len(pool):
+                pool.append(self.factories[name]())
+            taken[name] = k + 1
+            out.append(pool[k])
+        return out
+
+    def reset(self, env, row: dict) -> list[dict]:
+        """Start an episode on `env`: the prompt it sees (the row's, with reset's string appended to its last
+        message). A prompt that is not a list of chat messages is an error: tools are offered through the chat
+        template."""
+        prompt = row.get("prompt", PLACEHOLDER_PROMPT)
+        if not (isinstance(prompt, list) and prompt and all(isinstance(m, dict) for m in prompt)):
+            raise ValueError(f"an agent's prompts must be chat messages (the tools' schemas are rendered by the chat "
+                             f"template), got {type(prompt).__name__} {prompt!r:.60}")
+        if env is None:
+            return prompt
+        observation = env.reset(**({k: v for k, v in row.items() if k != "environment"} if self.multi else row))
+        if isinstance(observation, str):
+            prompt = prompt[:-1] + [{**prompt[-1], "content": prompt[-1]["content"] + observation}]
+        return prompt
+
+    def toolbox(self, env, name) -> Toolbox:
+        """The tools of one episode: the standalone ones, then its environment's methods."""
+        return Toolbox(self.tools + (methods(env) if env is not None else []), self.tool_timeout, self.schemas[name])

@@ -1,0 +1,263 @@
+"""A virtual filesystem: an in-memory tree, six tools, and procedurally generated file tasks judged by whether the
+final tree equals the reference tree.
+
+    tasks: move every .txt in "notes" into "archive" | delete every .log in "tmp" | create a file with given text
+           | rename a file | copy a file | make a folder (paths and text in quotes, written as the calls write them)
+    tools: list_dir, read_file, write_file, mkdir, move, delete
+    reward: get_reward() = 1.0 when the tree after the episode equals the reference (files with their contents,
+            and folders), else 0.0. No partial credit.
+
+A task row carries its prompt (chat messages) and the task itself (`fs`: the starting tree and the reference);
+`reset(fs=...)` builds that tree, so the G episodes of a group start from the same state. Without a task column
+`reset` draws one from the train split and returns its instruction (TRL's self-sampling environment).
+Train and test are split by a hash of the task's text (aha.tasks.base.split_of).
+"""
+
+from __future__ import annotations
+
+import posixpath
+import random
+
+from ..tasks.base import split_of
+
+WORDS = ("plan", "todo", "notes", "draft", "report", "ideas", "list", "log", "memo", "data", "old", "final", "week",
+         "day", "home", "work", "trip", "book", "cart", "mail")
+LINES = ("buy milk", "call bob", "fix the door", "read a book", "pay rent", "water plants", "send mail", "walk dog",
+         "clean desk", "book a trip")
+
+
+class FileTree:
+    """Files (path -> text) and folders; paths are relative, "/"-separated, without "." or ".." parts."""
+
+    def __init__(self, files: dict[str, str] | None = None, dirs: list[str] | None = None):
+        self.files, self.dirs = dict(files or {}), set(dirs or [])
+        for path in list(self.files) + list(self.dirs):
+            self._add_parents(path)
+
+    @staticmethod
+    def norm(path: str) -> str:
+        """"./a//b/" -> "a/b"; ".." stops at the top, so no path leaves the tree: "../x" -> "x"."""
+        path = posixpath.normpath("/" + str(path).strip()).lstrip("/")
+        return "" if path == "." else path
+
+    def _add_parents(self, path: str) -> None:
+        parent = posixpath.dirname(path)
+        while parent:
+            self.dirs.add(parent)
+            parent = posixpath.dirname(parent)
+
+    def is_dir(self, path: str) -> bool:
+        return path == "" or path in self.dirs
+
+    def children(self, path: str) -> list[str]:
+        """The names directly in folder `path`, folders with a trailing "/"."""
+        prefix, out = path + "/" if path else "", set()
+        for p in list(self.files) + [d + "/" for d in self.dirs]:
+            if p.startswith(prefix) and p != prefix:
+                rest = p[len(prefix):]
+                out.add(rest.split("/")[0] + ("/" if "/" in rest else ""))
+        return sorted(out)
+
+    def state(self) -> tuple:
+        """What the reward compares: every file with its text, and every folder."""
+        return tuple(sorted(self.files.items())), tuple(sorted(self.dirs))
+
+    def to_dict(self) -> dict:
+        return {"files": dict(sorted(self.files.items())), "dirs": sorted(self.dirs)}
+
+
+class FilesystemEnv:
+    """TRL's environment contract over a FileTree (see the module doc)."""
+
+    def reset(self, fs: dict | None = None, **kwargs) -> str | None:
+        task = fs if fs is not None else make_tasks("train", 1, random.randrange(2**31))[0]["fs"]
+        self.tree, self.goal = FileTree(**task["start"]), FileTree(**task["goal"])
+        return None if fs is not None else task["instruction"]
+
+    def get_reward(self) -> float:
+        return float(self.tree.state() == self.goal.state())
+
+    def list_dir(self, path: str) -> str:
+        """
+        List a folder (entries as paths; folders end with "/").
+
+        Args:
+            path: The folder, e.g. "notes" ("" or "." for the top).
+
+        Returns:
+            The entries' paths, one per line.
+        """
+        path = FileTree.norm(path)
+        if not self.tree.is_dir(path):
+            raise FileNotFoundError(f"no folder {path}")
+        return "\n".join(posixpath.join(path, name) for name in self.tree.children(path)) or "(empty)"
+
+    def read_file(self, path: str) -> str:
+        """
+        Read a file.
+
+        Args:
+            path: The file, e.g. "notes/a.txt".
+
+        Returns:
+            Its text.
+        """
+        path = FileTree.norm(path)
+        if path not in self.tree.files:
+            raise FileNotFoundError(f"no file {path}")
+        return self.tree.files[path]
+
+    def write_file(self, path: str, content: str) -> str:
+        """
+        Write a file (its folder must exist).
+
+        Args:
+            path: The file, e.g. "todo.md".
+            content: The text to write.
+
+        Returns:
+            "ok".
+        """
+        path = FileTree.norm(path)
+        if not path or self.tree.is_dir(path) or not self.tree.is_dir(posixpath.dirname(path)):
+            raise FileNotFoundError(f"cannot write {path}: no such folder, or it is a folder")
+        self.tree.files[path] = content
+        return "ok"
+
+    def mkdir(self, path: str) -> str:
+        """
+        Make a folder.
+
+        Args:
+            path: The folder, e.g. "archive/old".
+
+        Returns:
+            "ok".
+        """
+        path = FileTree.norm(path)
+        if not path or path in self.tree.files:
+            raise FileExistsError(f"cannot make folder {path!r}")
+        self.tree.dirs.add(path)
+        self.tree._add_parents(path)
+        return "ok"
+
+    def move(self, src: str, dst: str) -> str:
+        """
+        Move or rename (into dst if it is a folder).
+
+        Args:
+            src: What to move, e.g. "notes/a.txt".
+            dst: Where to, e.g. "archive" or "archive/b.txt".
+
+        Returns:
+            "ok".
+        """
+        src, dst = FileTree.norm(src), FileTree.norm(dst)
+        if src not in self.tree.files and src not in self.tree.dirs:
+            raise FileNotFoundError(f"no file or folder {src}")
+        if self.tree.is_dir(dst):
+            dst = posixpath.join(dst, posixpath.basename(src))
+        if dst in self.tree.files or dst in self.tree.dirs or not self.tree.is_dir(posixpath.dirname(dst)):
+            raise FileExistsError(f"cannot move to {dst}: it exists, or its folder does not")
+        for old in [p for p in list(self.tree.files) if p == src or p.startswith(src + "/")]:
+            self.tree.files[dst + old[len(src):]] = self.tree.files.pop(old)
+        for old in [d for d in list(self.tree.dirs) if d == src or d.startswith(src + "/")]:
+            self.tree.dirs.discard(old)
+            self.tree.dirs.add(dst + old[len(src):])
+        return "ok"
+
+    def delete(self, path: str) -> str:
+        """
+        Delete a file or folder.
+
+        Args:
+            path: The file or folder, e.g. "tmp/a.log".
+
+        Returns:
+            "ok".
+        """
+        path = FileTree.norm(path)
+        if path not in self.tree.files and path not in self.tree.dirs:
+            raise FileNotFoundError(f"no file or folder {path}")
+        for p in [p for p in list(self.tree.files) if p == path or p.startswith(path + "/")]:
+            del self.tree.files[p]
+        self.tree.dirs -= {d for d in self.tree.dirs if d == path or d.startswith(path + "/")}
+        return "ok"
+
+
+# ------------------------------------------------------------------ tasks
+def _names(rng: random.Random, k: int, ext: str) -> list[str]:
+    return [f"{w}.{ext}" for w in rng.sample(WORDS, k)]
+
+
+def _move_txt(rng: random.Random) -> tuple[str, dict, list]:
+    txt, other = _names(rng, rng.randint(1, 3), "txt"), _names(rng, rng.randint(0, 2), "md")
+    files = {f"notes/{n}": rng.choice(LINES) for n in txt + other}
+    steps = [("list_dir", {"path": "notes"})] + [("move", {"src": f"notes/{n}", "dst": "archive"}) for n in sorted(txt)]
+    return 'Move every .txt file in "notes" into "archive".', {"files": files, "dirs": ["archive"]}, steps
+
+
+def _delete_logs(rng: random.Random) -> tuple[str, dict, list]:
+    logs, keep = _names(rng, rng.randint(1, 3), "log"), _names(rng, rng.randint(0, 2), "txt")
+    files = {f"tmp/{n}": rng.choice(LINES) for n in logs + keep}
+    steps = [("list_dir", {"path": "tmp"})] + [("delete", {"path": f"tmp/{n}"}) for n in sorted(logs)]
+    return 'Delete every .log file in "tmp".', {"files": files, "dirs": []}, steps
+
+
+def _create(rng: random.Random) -> tuple[str, dict, list]:
+    name, text = rng.choice(_names(rng, 3, "md")), "; ".join(rng.sample(LINES, rng.randint(1, 3)))
+    return (f'Create "{name}" containing "{text}".', {"files": {}, "dirs": []},
+            [("write_file", {"path": name, "content": text})])
+
+
+def _rename(rng: random.Random) -> tuple[str, dict, list]:
+    a, b = _names(rng, 2, "txt")
+    return (f'Rename "docs/{a}" to "docs/{b}".', {"files": {f"docs/{a}": rng.choice(LINES)}, "dirs": []},
+            [("move", {"src": f"docs/{a}", "dst": f"docs/{b}"})])
+
+
+def _copy(rng: random.Random) -> tuple[str, dict, list]:
+    name, text = _names(rng, 1, "txt")[0], rng.choice(LINES)
+    return (f'Copy "notes/{name}" into "backup".', {"files": {f"notes/{name}": text}, "dirs": ["backup"]},
+            [("read_file", {"path": f"notes/{name}"}), ("write_file", {"path": f"backup/{name}", "content": text})])
+
+
+def _mkdir(rng: random.Random) -> tuple[str, dict, list]:
+    a, b = rng.sample(WORDS, 2)
+    return f'Make a folder "{a}/{b}".', {"files": {}, "dirs": []}, [("mkdir", {"path": f"{a}/{b}"})]
+
+
+FAMILIES = {"move_txt": _move_txt, "delete_logs": _delete_logs, "create": _create, "rename": _rename,
+            "copy": _copy, "mkdir": _mkdir}
+"""Task family -> rng -> (instruction, starting tree, the calls that solve it)."""
+
+
+def solve(start: dict, steps: list) -> tuple[dict, list[tuple[str, dict, str]]]:
+    """Run the solving calls on the starting tree: the reference tree, and each call with its result."""
+    env = FilesystemEnv()
+    env.tree = FileTree(**start)
+    results = [(name, args, getattr(env, name)(**args)) for name, args in steps]
+    return env.tree.to_dict(), results
+
+
+def make_tasks(split: str, n: int, seed: int = 0, families: tuple[str, ...] = tuple(FAMILIES)) -> list[dict]:
+    """n task rows of `split` ("train" or "test", by a hash of the instruction and the starting tree): prompt
+    (chat messages), `fs` (instruction, start, goal), `solution` (the solving calls with their results: the
+    demonstrations a cold start learns from), `family` and `id`."""
+    rng, rows, seen = random.Random(f"fs-{seed}-{split}"), [], set()
+    for _ in range(100 * n):
+        if len(rows) == n:
+            break
+        family = rng.choice(families)
+        instruction, start, steps = FAMILIES[family](rng)
+        start = FileTree(**start).to_dict()
+        key = f"{instruction} {sorted(start['files'].items())}"
+        if key in seen or split_of(key) != split:
+            continue
+        seen.add(key)
+        goal, solution = solve(start, steps)
+        rows.append({"prompt": [{"role": "user", "content": instruction}], "id": key, "family": family,
+                     "fs": {"instruction": instruction, "start": start, "goal": goal}, "solution": solution})
+    if len(rows) < n:
+        raise ValueError(f"families {families} have only {len(rows)} distinct {split} tasks; asked for {n}")
+    return rows

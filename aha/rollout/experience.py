@@ -1,0 +1,337 @@
+"""The experience box: prompts -> episodes -> scored, typed batch with advantages.
+
+    prompts (B) --> Generation: engine (+ for an agent, the turn loop: tool calls parsed, tools run, results
+                    appended) --> N = B*G episodes (token ids, loss mask, behaviour log-probs, finish, version)
+                --> reward functions and environment rewards --> rewards [N, F], weighted sum [N]
+                --> advantages (a sequence's outcome advantage broadcast over its model tokens) --> GRPOBatch
+
+The single-process trainer draws its batches from an `Experience`; the Ray layer (aha.dist.Pipeline) is built
+from one: its rollout workers run the same `Generation`, its reward workers the same scoring, and its driver
+the same `assemble`. Both give the loop the same four calls (next_batch, publish, pull, close), so the
+trainer's step never asks where its experience came from.
+"""
+
+from __future__ import annotations
+
+import inspect
+import queue
+import threading
+import time
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from .. import algos
+from ..envs.tools import OUTCOMES
+from ..rewards import last_failure, merge_reward_metrics, record_failure, reward_name, score_groups
+from ..train.batch import GRPOBatch
+from .base import Rollout, SamplingParams
+from .engines import get_engine
+from .prompts import PromptSource
+
+SCORER_GRACE_S = 30.0
+"""With stream_rewards, how long past its reward calls' own bound (groups x functions x reward_timeout) the
+scoring thread may take after generation ends before the step fails."""
+Parts = list[tuple[GRPOBatch, dict[str, float]]]
+"""Scored groups, as several calls gave them."""
+
+
+class Generation:
+    """The generating half of the box: an engine (chosen by name, `engine: hf`) that turns the prompts of B rows
+    into G rollouts each; for an agent (aha.envs.Agent), G episodes each through the turn loop, one environment
+    per episode. A Ray rollout worker runs one of these on its own policy copy (and its own environments)."""
+
+    def __init__(self, model, tokenizer, args, engine_factory: Callable | None = None, agent=None):
+        self.model, self.tokenizer, self.args, self.agent = model, tokenizer, args, agent
+        self.engine_factory = engine_factory or get_engine(args.engine)
+        """(model, tokenizer, max_batch) -> an Engine; rollout workers build theirs with it too."""
+        self.engine = self.engine_factory(model, tokenizer, args.generation_max_batch)
+        self.sampling = SamplingParams(args.temperature, args.top_p, args.top_k, args.max_completion_length,
+                                       logprobs=args.max_staleness > 0)
+        self.chat = None
+        if agent is not None:
+            from ..data.toolcalls import ToolChat
+            self.chat = ToolChat(tokenizer, args.chat_template_kwargs)
+
+    def run(self, rows: list[dict], prompt_ids: list[list[int]] | None, generator: torch.Generator | None,
+            on_group: Callable | None = None) -> tuple[Rollout, list[str]]:
+        """G rollouts of each row, prompt-major, and their decoded texts."""
+        G = self.args.num_generations
+        if self.agent is not None:
+            return self._episodes(rows, generator)
+        kwargs = {"on_group": on_group} if on_group is not None else {}
+        out = self.engine.generate(prompt_ids, G, self.sampling, generator, **kwargs)
+        return out, self.decode(out)
+
+    def _episodes(self, rows: list[dict], generator: torch.Generator | None) -> tuple[Rollout, list[str]]:
+        """G episodes of each row: environments drawn and reset, prompts rendered with their tools, the turns run."""
+        from ..models import context_length
+        from .turns import Episode, run_turns
+        G, a, agent = self.args.num_generations, self.args, self.agent
+        names = [agent.environment_name(r) for r in rows for _ in range(G)]
+        envs, episodes, ctx = agent.environments(names), [], context_length(self.model)
+        for k, (env, name) in enumerate(zip(envs, names)):
+            prompt = agent.reset(env, rows[k // G])
+            ids = self.chat.prompt_ids(prompt, agent.schemas[name])
+            if ctx and len(ids) + a.max_completion_length > ctx:
+                raise ValueError(f"an episode's prompt has {len(ids)} tokens; with max_completion_length "
+                                 f"{a.max_completion_length} it exceeds the model's context of {ctx}")
+            episodes.append(Episode(prompt, ids, agent.toolbox(env, name)))
+        out = run_turns(self.engine, self.chat, episodes, G, self.sampling, generator,
+                        a.max_tool_calling_iterations, ctx)
+        out.environments = envs if agent.has_environments else None
+        return out, self.decode(out)
+
+    def decode(self, out: Rollout) -> list[str]:
+        return self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
+
+    def streams(self) -> bool:
+        """Whether the engine reports each group as it finishes (an optional Engine argument; not for episodes)."""
+        return self.agent is None and "on_group" in inspect.signature(self.engine.generate).parameters
+
+
+class Experience:
+    """Prompts in, a scored `GRPOBatch` with advantages out (see the module doc)."""
+
+    def __init__(self, args, model, tokenizer, prompts: PromptSource, reward_funcs: list[Callable],
+                 reward_weights: Tensor, generator: torch.Generator, max_steps: int,
+                 engine_factory: Callable | None = None, agent=None):
+        self.args, self.model, self.tokenizer, self.prompts = args, model, tokenizer, prompts
+        self.reward_funcs, self.reward_weights = reward_funcs, reward_weights          # [F]
+        self.generator, self.max_steps = generator, max_steps
+        self.generation = Generation(model, tokenizer, args, engine_factory, agent)
+        self.fail_streak = {reward_name(f): 0 for f in reward_funcs}
+        """Consecutive steps on which each reward function raised or timed out."""
+        beside = agent is not None and agent.has_environments
+        self.beside_environments = [i for i, f in enumerate(reward_funcs) if beside and reads_environments(f)]
+        """Reward functions that read the episodes' environments (get_reward, `environments=`): with Ray they run
+        on the rollout worker where the environments live; the others may run anywhere."""
+        self.elsewhere = [i for i in range(len(reward_funcs)) if i not in self.beside_environments]
+
+    @property
+    def engine(self):
+        return self.generation.engine
+
+    # ------------------------------------------------------------------ what the loop calls
+    def next_batch(self, step: int) -> tuple[GRPOBatch, dict[str, float]]:
+        """The batch of step `step` (0-based): B prompts drawn, sampled, scored, assembled."""
+        def sample(k: int) -> Parts:
+            return [self.sample(*self.prompts.take(k), step)]
+        t0 = time.perf_counter()
+        batch, metrics = self.assemble(sample(self.args.prompts_per_step), sample)
+        metrics["perf/generate_s"] = time.perf_counter() - t0 - metrics.pop("perf/score_s")
+        return batch, metrics
+
+    def publish(self, version: int) -> dict[str, float]:
+        """The policy's new weights (version `version`) are what the engine samples from now on."""
+        self.engine.update_weights(self.model, version)
+        return {}
+
+    def pull(self) -> None:
+        """The policy is here already (the Ray layer fetches its learners' weights)."""
+
+    def restored(self, version: int) -> None:
+        self.engine.update_weights(self.model, version)
+
+    def sampler_state(self) -> dict:
+        """Where a resumed run draws from next."""
+        return self.prompts.sampler.state()
+
+    def close(self) -> None:
+        """Nothing runs elsewhere."""
+
+    def trainer_state(self, step: int):
+        """The transformers TrainerState a reward function gets as `trainer_state` at GRPO step `step`, as TRL
+        passes it (global_step, max_steps, epoch: passes over the prompts so far; None for a streaming dataset)."""
+        from transformers import TrainerState
+        epoch = self.prompts.epoch(step, self.args.prompts_per_step)
+        return TrainerState(global_step=step, max_steps=self.max_steps, epoch=epoch)
+
+    # ------------------------------------------------------------------ the box
+    def sample(self, rows: list[dict], prompt_ids: list[list[int]], step: int) -> tuple[GRPOBatch, dict[str, float]]:
+        """G rollouts of each row, scored (advantages: `assemble`). `perf/score_s` is the scoring time left after
+        generation ended; `perf/reward_s` all of it."""
+        if self.args.stream_rewards and len(rows) > 1 and self.generation.streams():
+            return self._streamed(rows, prompt_ids, step)
+        out, texts = self.generation.run(rows, prompt_ids, self.generator)
+        t0 = time.perf_counter()
+        batch, metrics = self.score(rows, prompt_ids, out, texts, step)
+        scoring = time.perf_counter() - t0
+        return batch, {**metrics, "perf/score_s": scoring, "perf/reward_s": scoring}
+
+    def _streamed(self, rows: list[dict], prompt_ids: list[list[int]], step: int) -> tuple[GRPOBatch, dict[str, float]]:
+        """`sample` with each group scored on a helper thread while this thread decodes the rest. The decode stays
+        here: torch's small CPU ops ran about 1.45x slower on a thread other than the main one (BENCHMARKS.md)."""
+        finished: queue.Queue = queue.Queue()
+        parts: list = [None] * len(rows)
+        result: dict = {"scoring": 0.0}
+
+        def score_groups_as_they_come() -> None:
+            try:
+                while (item := finished.get()) is not None:  # the end mark always comes: put in a finally below
+                    t0 = time.perf_counter()
+                    i, group = item
+                    parts[i] = self.score([rows[i]], [prompt_ids[i]], group, self.generation.decode(group), step)
+                    result["scoring"] += time.perf_counter() - t0
+            except BaseException as e:  # re-raised on the calling thread
+                result["error"] = e
+
+        scorer = threading.Thread(target=score_groups_as_they_come, daemon=True, name="aha-score")
+        scorer.start()
+        try:
+            self.generation.run(rows, prompt_ids, self.generator, on_group=lambda i, r: finished.put((i, r)))
+        finally:
+            finished.put(None)
+        end = time.perf_counter()
+        scorer.join(timeout=len(rows) * max(len(self.reward_funcs), 1) * self.args.reward_timeout + SCORER_GRACE_S)
+        if scorer.is_alive():
+            raise TimeoutError(f"scoring {len(rows)} groups did not end within reward_timeout="
+                               f"{self.args.reward_timeout} s per call and group ({SCORER_GRACE_S:g} s of grace)")
+        if "error" in result:
+            raise result["error"]
+        if any(p is None for p in parts):
+            raise RuntimeError(f"the engine reported no finished completions for prompts "
+                               f"{[i for i, p in enumerate(parts) if p is None]}")
+        batch = GRPOBatch.cat([b for b, _ in parts])
+        metrics = merge_reward_metrics(self.reward_funcs, [m for _, m in parts], batch.rewards_per_func)
+        return batch, {**metrics, "perf/score_s": time.perf_counter() - end, "perf/reward_s": result["scoring"]}
+
+    def score(self, rows: list[dict], prompt_ids: list[list[int]], out: Rollout, texts: list[str], step: int
+              ) -> tuple[GRPOBatch, dict[str, float]]:
+        """A Rollout of G completions per row -> the scored GRPOBatch (advantages 0 until `assemble`)."""
+        rpf, metrics = score_groups(self.reward_funcs, rows, texts, self.args.num_generations, out.completion_ids,
+                                    self.trainer_state(step), self.args.reward_timeout, episode_inputs(out))  # [N,F]
+        return self.make_batch(rows, prompt_ids, out, texts, rpf), metrics
+
+    def from_parts(self, rows: list[dict], prompt_ids: list[list[int]], out: Rollout, texts: list[str],
+                   parts: list[tuple[list[int], dict]]) -> tuple[GRPOBatch, dict[str, float]]:
+        """The scored batch from reward columns scored in several places (`score_rollout` results, each for the
+        reward functions at its indices): a Ray reward worker's, a rollout worker's beside its environments."""
+        rpf = torch.full((len(texts), len(self.reward_funcs)), float("nan"))                 # [N,F]
+        for idx, scored in parts:
+            rpf[:, idx] = scored["rewards"]
+            for name, error in scored["failures"].items():
+                record_failure(name, RuntimeError(f"in a Ray worker: {error}"))
+        metrics = merge_reward_metrics(self.reward_funcs, [scored["metrics"] for _, scored in parts], rpf)
+        return self.make_batch(rows, prompt_ids, out, texts, rpf), metrics
+
+    def make_batch(self, rows: list[dict], prompt_ids: list[list[int]], out: Rollout, texts: list[str],
+                   rpf: Tensor) -> GRPOBatch:
+        G, N = self.args.num_generations, len(texts)
+        behaviour = None if out.logprobs is None else [torch.tensor(x, dtype=torch.float32) for x in out.logprobs]
+        mask = None if out.loss_mask is None else [torch.tensor(m, dtype=torch.long) for m in out.loss_mask]
+        return GRPOBatch(rows=rows, prompt_ids=out.prompt_ids or [p for p in prompt_ids for _ in range(G)],
+                         completion_ids=out.completion_ids, texts=texts, truncated=torch.tensor(out.truncated),
+                         rewards_per_func=rpf, rewards=self.combine(rpf), advantages=torch.zeros(N),
+                         versions=torch.full((N,), out.version, dtype=torch.long), behaviour_logprobs=behaviour,
+                         loss_mask=mask, episodes=out.episodes)
+
+    def assemble(self, parts: Parts, more: Callable[[int], Parts]) -> tuple[GRPOBatch, dict[str, float]]:
+        """Scored groups -> the step's training batch with its advantages. With dynamic_sampling (DAPO), groups
+        whose rewards have no spread (they give no policy gradient) are dropped and `more(k)` samples k more
+        prompts, at most dynamic_sampling_max_rounds times; surplus groups are left out, and a batch still short
+        after the last round is filled with groups without spread (as if dynamic sampling were off for them).
+        Reward metrics describe every group sampled this step; `sampling/*` counts what was dropped."""
+        a, B = self.args, self.args.prompts_per_step
+        batch, rounds = GRPOBatch.cat([b for b, _ in parts]), 0
+        keep = list(range(len(batch.rows)))
+        while a.dynamic_sampling:
+            keep = self._spread_groups(batch)
+            if len(keep) >= B or rounds == a.dynamic_sampling_max_rounds:
+                break
+            rounds += 1
+            new = more(B - len(keep))
+            parts, batch = parts + new, GRPOBatch.cat([batch] + [b for b, _ in new])
+        metrics = merge_reward_metrics(self.reward_funcs, [m for _, m in parts], batch.rewards_per_func)
+        self._check_failures(metrics)
+        metrics.update(tool_metrics(batch.episodes) if batch.episodes is not None else {})
+        ok = batch.rewards[torch.isfinite(batch.rewards)]
+        metrics.update({"reward/mean": ok.mean().item() if len(ok) else float("nan"),
+                        "reward/std": ok.std().item() if len(ok) > 1 else float("nan"),
+                        "reward/excluded_frac": 1 - len(ok) / len(batch.rewards)})
+        if a.dynamic_sampling:
+            kept = set(keep)
+            chosen = (keep + [g for g in range(len(batch.rows)) if g not in kept])[:B]
+            metrics.update({"sampling/dropped_groups": float(len(batch.rows) - B), "sampling/rounds": float(rounds),
+                            "sampling/groups": float(min(len(keep), B))})
+            batch = batch.groups(chosen)
+        advantages, adv_metrics = algos.compute_advantages(a.advantage_estimator, batch.rewards,
+                                                           a.num_generations)        # [N]
+        batch.set_advantages(advantages)
+        return batch, {**metrics, **adv_metrics}
+
+    def _spread_groups(self, batch: GRPOBatch) -> list[int]:
+        """Groups with at least two rewards that differ: the ones that carry a learning signal."""
+        g = algos.group_stats(batch.rewards, batch.group_size)
+        return ((g.count.squeeze(-1) >= 2) & (g.std.squeeze(-1) > 0)).nonzero().squeeze(-1).tolist()
+
+    def _check_failures(self, metrics: dict[str, float]) -> None:
+        """A reward function that fails step after step is a bug, not noise: stop instead of training on nothing."""
+        from ..rewards.scoring import NoUsableValue
+        for name in self.fail_streak:
+            self.fail_streak[name] = self.fail_streak[name] + 1 if metrics[f"reward/{name}/failed"] else 0
+            if self.args.reward_fail_steps and self.fail_streak[name] >= self.args.reward_fail_steps:
+                last = last_failure(name)  # an exit (SystemExit, KeyboardInterrupt) from a reward counts as a raise
+                what = "gave no usable value" if isinstance(last, NoUsableValue) else "raised or timed out"
+                raise RuntimeError(f"reward function {name} {what} on {self.fail_streak[name]} consecutive steps "
+                                   f"(last: {last!r}); fix it, or set reward_fail_steps=0 to train on without it"
+                                   ) from last
+
+    def combine(self, rpf: Tensor) -> Tensor:
+        """Weighted sum over functions, NaN ignored; NaN only when no function gave a value."""
+        finite = torch.isfinite(rpf)                                                 # [N,F]
+        total = (torch.where(finite, rpf, torch.zeros_like(rpf)) * self.reward_weights).sum(-1)  # [N]
+        return torch.where(finite.any(-1), total, torch.full_like(total, float("nan")))  # [N]
+
+
+def episode_inputs(out: Rollout) -> dict | None:
+    """What reward functions read of an agent's episodes, as TRL passes it: each episode's prompt (after its
+    environment's reset), its turns as chat messages, and its environment."""
+    if out.episodes is None:
+        return None
+    return {"prompts": [e["prompt"] for e in out.episodes], "completions": [e["messages"] for e in out.episodes],
+            "environments": out.environments}
+
+
+def tool_metrics(episodes: list[dict]) -> dict[str, float]:
+    """tools/*: calls and model turns per episode, tokens the model and the tools wrote per episode, failed calls
+    (`tools/errors`: every outcome but ok and timeout; each also under its own name) and calls cut at tool_timeout,
+    the share of failed calls (TRL's tools/failure_frequency), and how episodes ended."""
+    n = len(episodes)
+    outcomes = {k: float(sum(e["outcomes"].get(k, 0) for e in episodes)) for k in OUTCOMES}
+    calls = sum(outcomes.values())
+    errors = calls - outcomes["ok"] - outcomes["timeout"]
+    metrics = {"tools/calls_per_episode": calls / n,
+               "tools/turns": sum(sum(t["role"] == "assistant" for t in e["turns"]) for e in episodes) / n,
+               "tools/model_tokens_per_episode": sum(e["model_tokens"] for e in episodes) / n,
+               "tools/env_tokens_per_episode": sum(e["env_tokens"] for e in episodes) / n,
+               "tools/errors": errors, "tools/timeouts": outcomes["timeout"],
+               "tools/failure_frequency": (errors + outcomes["timeout"]) / calls if calls else 0.0,
+               "tools/non_string": float(sum(e["non_string"] for e in episodes))}
+    metrics.update({f"tools/{k}": v for k, v in outcomes.items() if k not in ("ok", "timeout")})
+    metrics.update({f"tools/finish_{k}_frac": sum(e["finish"] == k for e in episodes) / n
+                    for k in ("stop", "length", "tool_limit")})
+    return metrics
+
+
+def reads_environments(fn: Callable) -> bool:
+    """Whether a reward function reads the episodes' environments: an environment's get_reward, or a function with
+    an `environments` parameter. (Every function gets `environments` in one process, as in TRL; on Ray only these
+    run where the environments live, and one that reads them from **kwargs elsewhere is told they are missing.)"""
+    try:
+        return "environments" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def score_rollout(reward_funcs: list[Callable], rows: list[dict], out: Rollout, texts: list[str], state,
+                  timeout_s: float) -> dict:
+    """Rewards [N, F] of `reward_funcs` on a rollout, their metrics and failures (name -> repr), as a Ray worker
+    returns them."""
+    n = len(out.completion_ids) // len(rows)
+    rewards, metrics = score_groups(reward_funcs, rows, texts, n, out.completion_ids, state, timeout_s,
+                                    episode_inputs(out))                                  # [N,F]
+    failures = {reward_name(f): repr(last_failure(reward_name(f))) for f in reward_funcs
+                if metrics[f"reward/{reward_name(f)}/failed"]}
+    return {"rewards": rewards, "metrics": metrics, "failures": failures}

@@ -1,0 +1,129 @@
+"""The turn loop: an agent's episodes, advanced one model turn at a time for all of them together.
+
+Each round is one engine call for every episode still running (the first samples the G episodes of a prompt
+together when their prompts are the same). The conversation so far is prefilled again each round: aha's engine
+keeps no KV cache between calls, so nothing of an earlier turn is reused. A model turn's text is read for tool
+calls through the chat template (aha.data.toolcalls), the calls run (aha.envs.tools: every failure becomes a
+tool message), and the tokens the tool messages add are appended with loss mask 0: the model reads them, never
+trains on them. Token ids are spliced, never re-tokenized, so what the model saw is what the learner scores.
+
+The budget is TRL's: max_completion_length counts every token after the prompt, the model's and the tools'. A
+model turn is cut at what is left; tool results that would leave no room for one more model token are dropped,
+as TRL drops them. An episode ends when a model turn calls no tool (finish "stop"), when the budget runs out
+("length"), or when it asks for tools after max_tool_calling_iterations rounds of them ("tool_limit": those calls
+are not run). Only "stop" is a finished episode: the others are truncated.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from ..data.toolcalls import ToolChat
+from ..envs.tools import Toolbox
+from .base import Engine, Rollout, SamplingParams
+
+
+@dataclass
+class Episode:
+    """One episode in progress: its prompt, tools, and every token after the prompt so far."""
+
+    prompt: list[dict]
+    prompt_ids: list[int]
+    toolbox: Toolbox
+    ids: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)         # 1 model token, 0 tool token
+    logprobs: list[float] = field(default_factory=list)
+    messages: list[dict] = field(default_factory=list)    # the turns as chat messages (what reward functions read)
+    turns: list[dict] = field(default_factory=list)       # token spans and texts (what groups.jsonl records)
+    outcomes: Counter = field(default_factory=Counter)    # tool-call outcome -> count (aha.envs.tools.OUTCOMES)
+    non_string: int = 0
+    rounds: int = 0                                       # rounds of tools run
+    finish: str | None = None
+
+    def record(self) -> dict:
+        model = sum(self.mask)
+        return {"prompt": self.prompt, "messages": self.messages, "turns": self.turns, "finish": self.finish,
+                "calls": sum(self.outcomes.values()), "outcomes": dict(self.outcomes), "non_string": self.non_string,
+                "model_tokens": model, "env_tokens": len(self.mask) - model}
+
+
+def run_turns(engine: Engine, chat: ToolChat, episodes: list[Episode], group_size: int, params: SamplingParams,
+              generator: torch.Generator | None, max_rounds: int | None, context: int | None = None) -> Rollout:
+    """Run `episodes` (prompt-major, `group_size` per prompt) to their ends; every token after each prompt, its
+    loss mask and turn records, as one Rollout."""
+    budget, live, first = params.max_new_tokens, list(range(len(episodes))), True
+    while live:
+        running = [episodes[i] for i in live]
+        out = _generate(engine, running, group_size if first else 1, params, budget, generator, context)
+        first = False
+        for k, e in enumerate(running):
+            lp = out.logprobs[k] if out.logprobs is not None else [0.0] * len(out.completion_ids[k])
+            _take_turn(e, chat, out.completion_ids[k], out.truncated[k], lp, budget, max_rounds)
+        live = [i for i in live if episodes[i].finish is None]
+    return Rollout(completion_ids=[e.ids for e in episodes], truncated=[e.finish != "stop" for e in episodes],
+                   version=engine.version, logprobs=[e.logprobs for e in episodes] if params.logprobs else None,
+                   loss_mask=[e.mask for e in episodes], prompt_ids=[e.prompt_ids for e in episodes],
+                   episodes=[e.record() for e in episodes])
+
+
+def _generate(engine: Engine, running: list[Episode], n: int, params: SamplingParams, budget: int,
+              generator: torch.Generator | None, context: int | None) -> Rollout:
+    """One model turn for each running episode: the first for G episodes of a prompt at once (n=G) when their
+    prompts agree, later ones each on its whole conversation, at most the largest budget left (and what the
+    model's context leaves)."""
+    contexts = [e.prompt_ids + e.ids for e in running]
+    if n > 1 and all(contexts[g] == contexts[g - g % n] for g in range(len(contexts))):
+        return engine.generate(contexts[::n], n, params, generator)
+    room = max(budget - len(e.ids) for e in running)
+    if context:
+        room = min(room, context - max(map(len, contexts)))
+    return engine.generate(contexts, 1, replace(params, max_new_tokens=max(room, 1)), generator)
+
+
+def _take_turn(e: Episode, chat: ToolChat, tokens: list[int], truncated: bool, logprobs: list[float], budget: int,
+               max_rounds: int | None) -> None:
+    """Append a model turn (cut to the budget), then run its tool calls and append their messages, or end."""
+    room, start = budget - len(e.ids), len(e.ids)
+    ended = not truncated and len(tokens) <= room
+    e.ids, e.mask, e.logprobs = e.ids + tokens[:room], e.mask + [1] * len(tokens[:room]), e.logprobs + logprobs[:room]
+    text = chat.tokenizer.decode(tokens[:room], skip_special_tokens=True)
+    content, calls = chat.parse(tokens[:room], e.prompt_ids + e.ids[:start], e.toolbox.schemas) if ended else (text, [])
+    message = {"role": "assistant", "content": content}
+    if calls:
+        message["tool_calls"] = [c.message() for c in calls if c.error is None]
+    e.messages.append(message)
+    e.turns.append({"role": "assistant", "start": start, "end": len(e.ids), "text": text,
+                    "tool_calls": [{"name": c.name, "arguments": c.arguments, "error": c.error} for c in calls]})
+    if not ended or not calls or max_rounds is not None and e.rounds >= max_rounds:
+        e.finish = "length" if not ended else "tool_limit" if calls else "stop"
+        return
+    results = [e.toolbox.call(c) for c in calls]
+    e.outcomes.update(r.outcome for r in results)
+    e.non_string += sum(r.non_string for r in results)
+    suffix = chat.tool_suffix_ids([r.message() for r in results])
+    calls_done = [{"name": r.name, "outcome": r.outcome, "content": r.content} for r in results]
+    if len(e.ids) + len(suffix) >= budget:  # no room left for a model turn after them: dropped, as in TRL
+        e.turns[-1]["dropped_results"], e.finish = calls_done, "length"
+        return
+    e.turns.append({"role": "tool", "start": len(e.ids), "end": len(e.ids) + len(suffix), "calls": calls_done})
+    e.ids, e.mask, e.logprobs = e.ids + suffix, e.mask + [0] * len(suffix), e.logprobs + [0.0] * len(suffix)
+    e.messages.extend(r.message() for r in results)
+    e.rounds += 1
+
+
+def greedy_episodes(model, tokenizer, agent, rows: list[dict], max_new_tokens: int, max_rounds: int | None = None,
+                    template_kwargs: dict | None = None, max_batch: int = 256) -> tuple[Rollout, list]:
+    """One greedy episode per row (held-out evaluation of an agent): the Rollout and each episode's environment,
+    whose state (get_reward) says whether it succeeded."""
+    from .hf import HFEngine
+    chat, names = ToolChat(tokenizer, template_kwargs), [agent.environment_name(r) for r in rows]
+    envs, episodes = agent.environments(names), []
+    for env, name, row in zip(envs, names, rows):
+        prompt = agent.reset(env, row)
+        episodes.append(Episode(prompt, chat.prompt_ids(prompt, agent.schemas[name]), agent.toolbox(env, name)))
+    engine = HFEngine.for_model(model, tokenizer, max_batch)
+    out = run_turns(engine, chat, episodes, 1, SamplingParams(0.0, 1.0, 0, max_new_tokens), None, max_rounds)
+    return out, envs

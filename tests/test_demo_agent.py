@@ -1,0 +1,24 @@
+"""`aha demo agent` end to end at toy scale: the cold start on demonstrations, GRPO with the filesystem environment,
+and the held-out task success before and after."""
+
+import json
+
+from aha.cli import main
+
+
+def test_the_agent_demo_writes_its_summary_table_and_models(tmp_path, capsys):
+    out = tmp_path / "demo_agent"
+    assert main(["demo", "agent", f"output_dir={out}", "size=tiny", "sft_examples=48", "sft_steps=4", "sft_batch=8",
+                 "sft_check_every=2", "grpo_steps=2", "prompts_per_step=2", "num_generations=2", "eval_problems=6",
+                 "eval_every=1", "eval_during=3", "progress_bar=false"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["grpo_steps"] == 2 and 0.0 <= summary["sft_success"] <= 1 and 0.0 <= summary["grpo_success"] <= 1
+    assert summary["eval_problems"] == 6 and len(summary["gain_points_ci95"]) == 2
+    assert "| SFT + GRPO |" in (out / "results.md").read_text()
+    assert (out / "grpo" / "model" / "config.json").is_file() and (out / "sft" / "model" / "config.json").is_file()
+    metrics = [json.loads(line) for line in (out / "grpo" / "metrics.jsonl").read_text().splitlines()]
+    assert metrics[-1]["step"] == 2 and "reward/FilesystemEnv/mean" in metrics[-1] and "eval/accuracy" in metrics[-1]
+    groups = [json.loads(line) for line in (out / "grpo" / "groups.jsonl").read_text().splitlines()] if (
+        out / "grpo" / "groups.jsonl").exists() else []
+    assert all("turns" in c for g in groups for c in g["completions"])
+    assert "aha dashboard" in capsys.readouterr().out

@@ -1,0 +1,83 @@
+"""The built-in environments: a virtual filesystem, a calculator, run_python; each a task split by hash."""
+
+import pytest
+
+from aha.envs import Agent
+from aha.envs.calculator import TOOLS, divide, final_answer, final_number, make_tasks as calc_tasks, multiply
+from aha.envs.filesystem import FAMILIES, FilesystemEnv, make_tasks as fs_tasks
+from aha.envs.python import make_tasks as python_tasks, run_python
+
+
+def _env(files=None, dirs=None):
+    env = FilesystemEnv()
+    env.reset(fs={"instruction": "", "start": {"files": files or {}, "dirs": dirs or []},
+                  "goal": {"files": {}, "dirs": []}})
+    return env
+
+
+def test_the_filesystem_tools_do_what_their_docstrings_say():
+    env = _env({"notes/a.txt": "x", "notes/b.md": "y"}, ["archive"])
+    assert env.list_dir("notes") == "notes/a.txt\nnotes/b.md" and env.list_dir("") == "archive/\nnotes/"
+    assert env.move("notes/a.txt", "archive") == "ok" and env.tree.files["archive/a.txt"] == "x"
+    env.move("archive/a.txt", "archive/c.txt")
+    assert env.read_file("./archive//c.txt") == "x"
+    env.mkdir("deep/er")
+    env.write_file("deep/er/t.md", "hello")
+    env.move("deep", "archive")
+    assert env.tree.files["archive/deep/er/t.md"] == "hello" and "deep" not in env.tree.dirs
+    env.delete("archive")
+    assert env.list_dir("") == "notes/" and env.tree.files == {"notes/b.md": "y"}
+    assert env.list_dir("../..") == "notes/"  # ".." stops at the top
+    for bad, call in [(FileNotFoundError, lambda: env.read_file("nope")), (FileNotFoundError, lambda: env.list_dir("x")),
+                      (FileNotFoundError, lambda: env.write_file("no/dir.txt", "z")),
+                      (FileExistsError, lambda: env.move("notes/b.md", "notes/b.md")),
+                      (FileNotFoundError, lambda: env.read_file("../../notes/../../etc/passwd"))]:
+        with pytest.raises(bad):
+            call()
+
+
+def test_every_task_is_solved_by_its_solution_and_not_by_doing_nothing():
+    rows = fs_tasks("train", 300, seed=1)
+    assert {r["family"] for r in rows} == set(FAMILIES)
+    for row in rows:
+        env = FilesystemEnv()
+        assert env.reset(**row) is None and env.get_reward() == 0.0  # the goal differs from the start
+        for name, args, result in row["solution"]:
+            assert getattr(env, name)(**args) == result
+        assert env.get_reward() == 1.0
+    assert FilesystemEnv().reset().startswith(("Move", "Delete", "Create", "Rename", "Copy", "Make"))  # self-sampling
+
+
+def test_splits_are_disjoint_by_hash_and_the_same_on_every_call():
+    for make in (fs_tasks, calc_tasks, python_tasks):
+        train, test = make("train", 200, 0), make("test", 30, 0)
+        assert not {r["id"] for r in train} & {r["id"] for r in test}
+        assert make("test", 30, 0) == test
+
+
+def test_a_failed_filesystem_call_reaches_the_model_as_a_tool_message():
+    from aha.data.toolcalls import ToolCall
+    agent = Agent(environment_factory=FilesystemEnv)
+    (env,) = agent.environments([None])
+    row = fs_tasks("test", 1, 0)[0]
+    agent.reset(env, row)
+    result = agent.toolbox(env, None).call(ToolCall("read_file", {"path": "missing.txt"}))
+    assert result.outcome == "raised" and "no file missing.txt" in result.content
+
+
+def test_the_calculator_is_exact_and_reads_the_final_number():
+    assert multiply(4821, 37) == 178377 and isinstance(multiply(2.0, 3), int) and divide(7, 2) == 3.5
+    assert final_number("so 1,234 * 2 = 2,468.") == "2468" and final_number("none") is None
+    row = calc_tasks("test", 1, 0)[0]
+    reply = [{"role": "assistant", "content": "", "tool_calls": []}, {"role": "tool", "content": row["answer"]},
+             {"role": "assistant", "content": f"The answer is {row['answer']}."}]
+    assert final_answer([reply, reply[:2] + [{"role": "assistant", "content": "1"}]], [row["answer"]] * 2) == [1.0, 0.0]
+    assert [t.__name__ for t in TOOLS] == ["add", "subtract", "multiply", "divide"]
+
+
+def test_run_python_prints_in_the_sandbox_and_reports_errors():
+    assert run_python("print(sum(range(10)))") == "45\n"
+    assert "ZeroDivisionError" in run_python("1/0")
+    assert "Error" in run_python("import socket; socket.socket()")  # no network
+    row = python_tasks("train", 1, 0)[0]
+    assert row["answer"].isdigit()

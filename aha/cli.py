@@ -109,7 +109,8 @@ USAGE = """usage: aha COMMAND [CONFIG.yaml] [key=value ...]      (aha --version:
 
 commands:
   demo     the embedded default: tiny model, cold-start SFT, GRPO, before/after table
-           (aha demo aha: the aha moment, a task where checking pays; reflection before and after GRPO)
+           (aha demo NAME for a variant: agent, a tiny model learns a virtual filesystem's tools;
+            aha: the aha moment, a task where checking pays; reflection before and after GRPO)
   train    GRPO training                 (aha train --help lists every field)
   sft      supervised fine-tuning        (aha sft --help)
   eval     accuracy, pass@k, maj@k       (aha eval MODEL --task NAME)

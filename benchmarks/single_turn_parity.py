@@ -5,7 +5,7 @@
 
 Each case trains a tiny model built in code for 3 GRPO steps (seed 0, one thread) and keeps every metric but
 the timings (`perf/*`, `dist/*busy`, `sync/seconds`) and the groups.jsonl lines. `--compare` prints each case as
-"identical" or the keys that differ: the refactor of the step into typed token-level batches (issue 41) was
+"identical" or the keys that differ: the refactor of the step into typed token-level batches was
 checked this way before and after.
 """
 

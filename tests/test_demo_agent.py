@@ -2,11 +2,29 @@
 and the held-out task success before and after."""
 
 import json
+import math
 
 from aha.cli import main
+from aha.demo import agent
+from aha.models import load_tokenizer
+from aha.models.tiny import make_tiny
 
 
-def test_the_agent_demo_writes_its_summary_table_and_models(tmp_path, capsys):
+def test_teaching_a_model_to_copy_takes_its_loss_below_guessing(tmp_path):
+    """The warm-up's repeat is predictable only by copying (the strings are uniform over the vocabulary), so a loss
+    below log(vocabulary) is copying learned; the model is saved where it was."""
+    model_dir = make_tiny(tmp_path / "m", ["abc def ghi jkl mno pqr stu vwx yz"] * 4, size="tiny", vocab_size=300)
+    before = (model_dir / "model.safetensors").read_bytes()
+    losses = agent.teach_copying(model_dir, 150, seed=0, batch=32, lr=3e-3)
+    tok = load_tokenizer(str(model_dir))
+    guessing = math.log(len(set(range(len(tok))) - set(tok.all_special_ids)))  # special tokens are never drawn
+    assert len(losses) == 150 and sum(losses[:10]) / 10 > guessing - 0.2
+    assert sum(losses[-30:]) / 30 < guessing - 0.2
+    assert (model_dir / "model.safetensors").read_bytes() != before
+
+
+def test_the_agent_demo_writes_its_summary_table_and_models(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(agent, "COPY_STEPS", 3)
     out = tmp_path / "demo_agent"
     assert main(["demo", "agent", f"output_dir={out}", "size=tiny", "sft_examples=48", "sft_steps=4", "sft_batch=8",
                  "sft_check_every=2", "grpo_steps=2", "prompts_per_step=2", "num_generations=2", "eval_problems=6",

@@ -49,6 +49,15 @@ def test_smoke_trains_and_every_metric_is_finite(tiny_dir, tmp_path):
     assert (tmp_path / "run" / "config.yaml").is_file()
 
 
+def test_the_training_phase_is_split_into_its_parts(tiny_dir, tmp_path):
+    """perf/train_s is the update and the weights' publication; its parts are the update's phases."""
+    t = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], train_dataset=PROMPTS,
+                    args=args(tmp_path, beta=0.04, num_iterations=2, max_steps=1))  # old and reference passes run
+    m = t.step()
+    parts = [m[f"perf/train_{phase}_s"] for phase in ("old", "reference", "policy", "optimizer")]
+    assert all(x > 0 for x in parts) and sum(parts) <= m["perf/train_s"]
+
+
 def test_metrics_are_normalised_as_documented(tiny_dir, tmp_path):
     seen = {}
 

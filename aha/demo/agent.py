@@ -1,7 +1,10 @@
 """`aha demo agent`: a tiny model learns to use a virtual filesystem's tools (aha.envs.filesystem).
 
-build a model in code (its tokenizer fitted on the demonstrations) -> cold-start SFT on demonstrations (whole
-tool-calling conversations rendered by aha's tool template) until greedy success on dev tasks reaches sft_target
+build a model in code (its tokenizer fitted on the demonstrations) -> teach it to copy (random token strings
+written twice, COPY_STEPS steps: a model pretrained on text can already copy what it reads, a model built in code
+cannot, and every task needs it: names from the instruction, paths from a listing) -> cold-start SFT on
+demonstrations (whole tool-calling conversations rendered by aha's tool template) until greedy success on dev
+tasks reaches sft_target
 -> GRPO from that model with TRL's contract (environment_factory=FilesystemEnv, whose get_reward is the reward:
 the final tree equals the reference) -> held-out greedy task success before and after, on test tasks (split by
 hash) that neither stage saw, with the paired gain's bootstrap interval.
@@ -18,7 +21,7 @@ from pathlib import Path
 from ..config import DemoConfig
 from .default import StopAtAccuracy, finish, start
 
-AGENT_DEFAULTS = {"sft_examples": 1500, "sft_steps": 1000, "sft_target": 0.3, "sft_check_every": 100, "sft_lr": 3e-3,
+AGENT_DEFAULTS = {"sft_examples": 8000, "sft_steps": 1000, "sft_target": 0.3, "sft_check_every": 50, "sft_lr": 3e-3,
                   "sft_batch": 32, "grpo_steps": 60, "grpo_lr": 5e-4, "prompts_per_step": 16, "num_generations": 8,
                   "eval_problems": 200, "eval_every": 20, "eval_during": 100}
 """This demo's settings where DemoConfig's are left at their defaults."""
@@ -30,6 +33,10 @@ MAX_ROUNDS = 3
 """Rounds of tool calls an episode may make (every task is solved in at most 2)."""
 VOCAB = 1024
 """The tiny tokenizer's vocabulary: merges enough to write the tool schemas in the prompt in few tokens."""
+COPY_STEPS = 1000
+"""Steps of the copying warm-up (64 strings of 4-24 random tokens a step, about 3 minutes on one thread). Without
+it the cold start learns the calls' format but not to copy names: greedy dev success stayed at 0-4% over 300 SFT
+steps; with it, 40% at step 150 (seed 0, small model)."""
 
 
 def settings(cfg: DemoConfig) -> dict:
@@ -89,7 +96,36 @@ def build_model(cfg: DemoConfig, out: Path, rows: list[dict]) -> tuple[Path, lis
     probe.chat_template = TOOL_TEMPLATE
     demos = [demonstration(ToolChat(probe), agent.schemas[None], r) for r in rows]
     texts = [d["prompt"] + "".join(seg["text"] for seg in d["completion"]) for d in demos]
-    return make_tiny(out / "base", texts, size=cfg.size, seed=cfg.seed, vocab_size=VOCAB), demos
+    base = make_tiny(out / "base", texts, size=cfg.size, seed=cfg.seed, vocab_size=VOCAB)
+    teach_copying(base, COPY_STEPS, cfg.seed)
+    return base, demos
+
+
+def teach_copying(model_dir: Path, steps: int, seed: int, batch: int = 64, lr: float = 1e-3) -> list[float]:
+    """Train the model in `model_dir` (in place) to repeat what it read: each sequence is a string of 4-24 tokens
+    drawn uniformly from the vocabulary (special tokens aside) followed by the same string, with the loss on the
+    repeat. The per-step losses."""
+    import random
+
+    import torch
+
+    from ..models import load_model, load_tokenizer
+    model, tok = load_model(str(model_dir)), load_tokenizer(str(model_dir))
+    vocab = sorted(set(range(len(tok))) - set(tok.all_special_ids))
+    rng, opt, losses = random.Random(f"copy-{seed}"), torch.optim.AdamW(model.parameters(), lr=lr), []
+    model.train()
+    for _ in range(steps):
+        n = rng.randint(4, 24)
+        head = torch.tensor([rng.choices(vocab, k=n) for _ in range(batch)])
+        ids = torch.cat([head, head], 1)
+        logits = model(input_ids=ids).logits[:, n - 1:-1]                             # predicts the repeat
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), ids[:, n:].flatten())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    model.save_pretrained(model_dir)
+    return losses
 
 
 def cold_start(cfg: DemoConfig, s: dict, out: Path, base: Path, demos: list[dict], dev: list[dict]) -> tuple[Path, int]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import math
+import time
 from contextlib import nullcontext
 from typing import Callable
 
@@ -21,6 +22,27 @@ from .logprobs import completion_logprobs
 from .loop import build_optimizer, optimizer_step
 
 __all__ = ["GRPOBatch", "Learner", "LossSums"]
+
+
+class PhaseClock:
+    """Seconds an update spends in each phase, as perf/train_<phase>_s: old (the sampling policy's log-probs, when
+    the batch is reused), reference (the reference model's log-probs, when beta > 0), policy (the loss's forward and
+    backward passes) and optimizer (clipping and the optimizer step). A GPU is synchronised at each mark, so queued
+    work counts in the phase that issued it."""
+
+    def __init__(self, device: torch.device):
+        self.device, self.seconds, self.last = device, {}, time.perf_counter()
+
+    def mark(self, phase: str) -> None:
+        """The time since the previous mark goes to `phase`."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        now = time.perf_counter()
+        self.seconds[phase] = self.seconds.get(phase, 0.0) + now - self.last
+        self.last = now
+
+    def metrics(self) -> dict[str, float]:
+        return {f"perf/train_{phase}_s": s for phase, s in self.seconds.items()}
 
 
 class Learner:
@@ -64,8 +86,11 @@ class Learner:
         keep = ~batch.truncated if a.mask_truncated_completions else torch.ones(N, dtype=torch.bool)  # [N]
         n_tok = batch.model_tokens * keep                                            # [N] model tokens in the loss
         reused = a.num_iterations > 1 or N > mb  # a later optimizer step sees weights that moved since sampling
+        clock = PhaseClock(next(self.model.parameters()).device)
         old = self.frozen_logprobs(batch, reference=False) if reused else None
+        clock.mark("old")
         ref = self.frozen_logprobs(batch, reference=True) if a.beta > 0 else None
+        clock.mark("reference")
         trainable = keep & (n_tok > 0)                                               # [N]
         if a.skip_zero_advantage and a.beta == 0 and a.top_entropy_quantile >= 1.0:
             trainable &= torch.tensor([bool(t.any()) for t in batch.token_advantages], dtype=torch.bool)
@@ -90,7 +115,9 @@ class Learner:
                 for m in range(passes):
                     minibatch = minibatch + (self._micro_step(batch, groups[m], keep, old, ref, denom)
                                              if m < len(groups) else self._idle_step(batch, every[0]))
+                clock.mark("policy")
                 norm = optimizer_step(a, self.model, self.optimizer, self.scheduler, minibatch.loss, reduce)
+                clock.mark("optimizer")
                 if math.isnan(norm):  # skipped (on_nonfinite=skip): its statistics describe no update
                     skipped += 1
                 else:
@@ -98,7 +125,8 @@ class Learner:
                     loss_tokens += denom["num_tokens"]
         self.version += 1
         self.sync_reference()
-        return self._metrics(self._gather(sums), grad_norms, skipped, trainable, ref is not None, loss_tokens)
+        sums, metrics = self._metrics(self._gather(sums), grad_norms, skipped, trainable, ref is not None, loss_tokens)
+        return sums, {**metrics, **clock.metrics()}
 
     def _order_key(self, batch: GRPOBatch) -> Callable[[int], tuple]:
         """Sort key of sequence i for cutting passes: its length (little padding); with share_prompts, whole

@@ -57,7 +57,8 @@ explainer("playground", "Playground: a real GRPO run on column addition", panel 
   };
   start.addEventListener("click", async () => {
     const body = Object.fromEntries(Object.keys(fields).map(k => [k, +document.getElementById(`pg-${k}`).value]));
-    try { await api("/api/playground/start", body); error.hide(); } catch (e) { error.show(e.message); }
+    error.hide();  // before the request: a slow success must not hide a later click's refusal
+    try { await api("/api/playground/start", body); } catch (e) { error.show(e.message); }
     await poll();
   });
   cancel.addEventListener("click", async () => {

@@ -341,10 +341,13 @@ def aha_moments(path: Path | None) -> dict:
     """
     rows = read_jsonl(path)["rows"] if path is not None and path.is_file() else []
     rows = sorted((r for r in rows if isinstance(r.get("step"), int) and "id" in r), key=lambda r: r["step"])
+    by_problem: dict = {}
+    for r in rows:
+        by_problem.setdefault(r["id"], []).append(r)
     moments = []
     for key, step in sorted(first_fixes(rows).items(), key=lambda kv: kv[1]):
-        after = next(r for r in rows if r["id"] == key and r["step"] == step)
-        before = [r for r in rows if r["id"] == key and r["step"] < step and not r.get("correct")][-1]
+        after = next(r for r in by_problem[key] if r["step"] == step)
+        before = [r for r in by_problem[key] if r["step"] < step and not r.get("correct")][-1]
         moments.append({"id": key, "prompt_text": prompt_text(after.get("prompt")), "answer": after.get("answer"),
                         "step": step, "before": {"step": before["step"], "greedy": before.get("greedy")},
                         "after": {"step": step, "greedy": after.get("greedy")}})

@@ -115,6 +115,63 @@ def rloo_advantages(g: GroupStats, eps: float) -> Tensor:
     return g.r - others                                               # [B,G]
 
 
+@_register_adv("grpo_process")
+def grpo_process_advantages(g: GroupStats, eps: float) -> Tensor:
+    """Process supervision (DeepSeekMath) where each completion has one step, its outcome reward, at its last
+    token: exactly grpo. With step rewards the trainer calls `process_advantages` instead."""
+    return grpo_advantages(g, eps)                                    # [B,G]
+
+
+def is_process(name: str) -> bool:
+    """Whether advantage estimator `name` gives each token its own advantage from step rewards."""
+    return get_advantage(name) is grpo_process_advantages
+
+
+def process_advantages(outcome: Tensor, last: Tensor, seq: Tensor, token: Tensor, score: Tensor, length: int,
+                       group_size: int, eps: float = ADV_EPS) -> tuple[Tensor, dict[str, float]]:
+    """Token advantages [N,T] by process supervision (Shao et al. 2024, DeepSeekMath, section 4.1.3).
+
+    A step j of completion i scores r(i,j) and ends at token index(i,j). Each group's steps form one pool R (its
+    completions' step rewards, and each completion's outcome reward as one more step ending at its last token,
+    index `last`), normalised together with the outcome estimator's conventions (group_stats: unbiased std,
+    exactly 0 when every value is equal or fewer than two are valid; `eps` added to the std):
+        r~(i,j) = (r(i,j) - mean(R)) / (std(R) + eps)
+    and a token's advantage is the sum over the steps ending at or after it:
+        A(i,t) = sum over j with index(i,j) >= t of r~(i,j).
+    `outcome` [N] is NaN where a completion has no outcome reward; steps are given as S triples (`seq` [S] the
+    completion, `token` [S] its end token, `score` [S] the reward, finite). Several steps ending on one token
+    add up. With no step at all this is exactly grpo's advantage on every token up to the last (tested).
+
+    Example, G=2: outcome [1, 0] at tokens [2, 1], one step of completion 0 scoring 1 at token 0. Pool
+    {1, 0, 1}: mean 2/3, std 0.577 -> r~ = +0.577 (outcome 0), -1.155 (outcome 1), +0.577 (step):
+    A(0) = [1.155, 0.577, 0.577], A(1) = [-1.155, -1.155, 0].
+    """
+    N = outcome.numel()
+    S = seq.numel()
+    assert outcome.shape == (N,) and last.shape == (N,) and N % group_size == 0, (outcome.shape, last.shape)
+    assert token.shape == (S,) and score.shape == (S,), (seq.shape, token.shape, score.shape)
+    B, G = N // group_size, group_size
+    group = torch.div(seq, G, rounding_mode="floor")                  # [S]
+    count = torch.bincount(group, minlength=B)                        # [B] steps per group
+    order = torch.argsort(group, stable=True)                         # [S]
+    rank = torch.empty_like(seq)                                      # [S] a step's place in its group's pool
+    rank[order] = torch.arange(S) - (count.cumsum(0) - count)[group[order]]
+    P = G + int(count.max()) if S else G                              # pool width: the outcomes, then the steps
+    pool = torch.full((B, P), float("nan"), dtype=outcome.dtype)      # [B,P]
+    pool[:, :G] = outcome.view(B, G)
+    pool[group, G + rank] = score.to(outcome.dtype)
+    g = group_stats(pool.reshape(-1), P)
+    norm = torch.where(g.valid & ~g.equal, grpo_advantages(g, eps), torch.zeros_like(g.r))  # [B,P]
+    dense = torch.zeros(N, length, dtype=outcome.dtype)               # [N,T] r~ placed on each step's end token
+    has = torch.isfinite(outcome)                                     # [N]
+    idx = torch.arange(N)[has]
+    dense.index_put_((idx, last[has]), norm[:, :G].reshape(-1)[has], accumulate=True)
+    dense.index_put_((seq, token), norm[group, G + rank], accumulate=True)
+    adv = dense.flip(-1).cumsum(-1).flip(-1)                          # [N,T] sum over steps ending at or after t
+    metrics = {"reward/zero_std_frac": g.equal.float().mean().item(), "reward/group_std_mean": g.std.mean().item()}
+    return adv, metrics
+
+
 def compute_advantages(name: str, rewards: Tensor, group_size: int,
                        eps: float = ADV_EPS) -> tuple[Tensor, dict[str, float]]:
     """Advantages [N] for rewards [N] (NaN = excluded) plus group metrics.

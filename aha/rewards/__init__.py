@@ -9,8 +9,10 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from .base import Reward, completion_text
+from .calculator_steps import CalculatorStepsReward
 from .code_tests import CodeReward, code_reward, extract_program, parse_tests
 from .countdown import CountdownReward, countdown_reward, countdown_value
+from .countdown import CountdownStepsReward
 from .format import FormatGated, FormatReward, format_ok, format_reward
 from .language import LanguageConsistencyReward, language_consistency_reward
 from .length import LengthPenalty, SoftOverlongReward, length_penalty_reward, soft_overlong_reward
@@ -23,6 +25,8 @@ REWARDS: dict[str, type | Callable] = {
     "math": MathReward,
     "format": FormatReward,
     "countdown": CountdownReward,
+    "countdown_steps": CountdownStepsReward,
+    "calculator_steps": CalculatorStepsReward,
     "code": CodeReward,
     "soft_overlong": SoftOverlongReward,
     "length_penalty": LengthPenalty,
@@ -51,6 +55,7 @@ __all__ = [
     "MathReward", "math_reward", "extract_answer", "answers_equal",
     "FormatReward", "FormatGated", "format_reward", "format_ok",
     "CountdownReward", "countdown_reward", "countdown_value",
+    "CountdownStepsReward", "CalculatorStepsReward",
     "SoftOverlongReward", "LengthPenalty", "soft_overlong_reward", "length_penalty_reward",
     "LanguageConsistencyReward", "language_consistency_reward",
     "CodeReward", "code_reward", "extract_program", "parse_tests",

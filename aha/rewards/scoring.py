@@ -13,7 +13,9 @@ import math
 import threading
 from typing import Any, Callable, Iterable
 
+from .base import completion_text
 from .deadline import RewardTimeout, call_bounded
+from .steps import clean_steps, is_steps, step_mean
 
 logger = logging.getLogger(__name__)
 
@@ -213,7 +215,7 @@ def _bad_shape(outcome: Any, values: list, n: int) -> str | None:
     shape = getattr(outcome, "shape", None)
     if shape is not None and len(shape) != 1:
         return f"{type(outcome).__name__} of shape {tuple(int(d) for d in shape)}"
-    nested = [i for i, v in enumerate(values) if _is_nested(v)]
+    nested = [i for i, v in enumerate(values) if _is_nested(v) and not is_steps(v)]  # steps: (end, score) pairs
     if nested and len(nested) == len(values) and len({len(v) for v in values}) == 1:
         return f"a list of shape ({len(values)}, {len(values[0])})"
     if nested:
@@ -238,23 +240,27 @@ def _values(fn: Callable, outcome: Any, n: int, columns: Iterable[str], kwargs: 
     bad = _bad_shape(outcome, values, n)
     if bad is not None:
         raise ValueError(f"reward function {name} returned {bad}, expected {n} values (one number per "
-                         "completion, None where not applicable)")
+                         "completion, None where not applicable, or a list of (end, score) step rewards)")
     return values
 
 
-def _column(name: str, values: list) -> tuple[list[float], BaseException | None, int]:
-    """One function's values as floats (NaN where unusable), the failure when none is usable although some were
-    given (all None is "not applicable", no failure), and the count of values that are NaN, inf or not numbers."""
-    floats = [_as_float(v) for v in values]
-    bad = [v for v, x in zip(values, floats) if v is not None and math.isnan(x)]  # NaN, inf, not a number
+def _column(name: str, values: list, texts: list[str]) -> tuple[list[float], list, BaseException | None, int]:
+    """One function's values as floats (NaN where unusable; a list of steps counts as the mean of its usable
+    scores), its steps (aha.rewards.steps.clean_steps per completion, None where it gave a number), the failure
+    when none is usable although some were given (all None, or no step written, is "not applicable": no
+    failure), and the count of values that are NaN, inf or not numbers (a list of steps: one with such a score)."""
+    steps = [clean_steps(v, len(t)) if is_steps(v) else None for v, t in zip(values, texts)]
+    floats = [_as_float(v) if s is None else step_mean(s) for v, s in zip(values, steps)]
+    bad = [v for v, x, s in zip(values, floats, steps)
+           if v is not None and (math.isnan(x) if s is None else any(math.isnan(st.score) for st in s))]
     if bad and all(math.isnan(x) for x in floats):
-        return floats, NoUsableValue(f"reward function {name} gave no usable value: all {len(values)} values were "
-                                     f"unusable ({len(bad)} NaN, inf or not a number, first {bad[0]!r}; "
-                                     f"{len(values) - len(bad)} None)"), len(bad)
+        return floats, steps, NoUsableValue(
+            f"reward function {name} gave no usable value: all {len(values)} values were unusable ({len(bad)} NaN, "
+            f"inf or not a number, first {bad[0]!r}; {len(values) - len(bad)} None)"), len(bad)
     if bad and _first_time(name + "/nan"):
         logger.error("reward function %s returned %d non-finite or non-numeric value(s) (first: %r); "
                      "they are excluded like None", name, len(bad), bad[0])
-    return floats, None, len(bad)
+    return floats, steps, None, len(bad)
 
 
 def _call_all(reward_funcs: list[Callable], kwargs: dict, timeout_s: float) -> list[Any]:
@@ -274,7 +280,8 @@ def _call_all(reward_funcs: list[Callable], kwargs: dict, timeout_s: float) -> l
 
 def score_completions(reward_funcs: list[Callable], prompts: list, completions: list, columns: dict[str, list],
                       completion_ids: list | None = None, trainer_state: Any = None,
-                      timeout_s: float = math.inf, environments: list | None = None) -> tuple[Any, dict[str, float]]:
+                      timeout_s: float = math.inf, environments: list | None = None,
+                      steps_out: list | None = None) -> tuple[Any, dict[str, float]]:
     """Rewards [N, F] (float32, NaN where a value is None, non-finite, or its function raised or timed out) and
     metrics: `reward/errors` (calls that raised, exited, or gave values none of which is usable),
     `reward/call_timeouts` (calls cut at `timeout_s`), `reward/<name>/failed` (1.0 when that function's call
@@ -286,31 +293,35 @@ def score_completions(reward_funcs: list[Callable], prompts: list, completions: 
     calling thread: verifiers parallelise their own batches, and libraries such as math-verify use signal-based
     time-outs that only work on the main thread. Every call gets `timeout_s` of wall clock and its own deep copy
     of the prompts, completions and columns. An agent's `environments` (one per completion, as TRL passes them)
-    are shared, not copied: a function reads each episode's final state."""
+    are shared, not copied: a function reads each episode's final state.
+
+    A function may give a completion a list of (end, score) step rewards (aha.rewards.steps): its matrix entry is
+    the mean usable step score, and a list `steps_out` receives per completion the (end, score, function index)
+    triples, by function and end (a score that is NaN, inf or not a number is NaN: left out, counted)."""
     import torch  # here, so that the verifiers themselves import without torch
 
     n = len(completions)
-    kwargs: dict[str, Any] = dict(columns, prompts=prompts, completions=completions)
-    if completion_ids is not None:
-        kwargs["completion_ids"] = completion_ids
-    if trainer_state is not None:
-        kwargs["trainer_state"] = trainer_state  # as TRL passes it: curricula read trainer_state.global_step
-    if environments is not None:
-        kwargs["environments"] = environments
     logged: dict[str, list[float]] = {}
-    kwargs["log_metric"] = lambda name, value: logged.setdefault(str(name), []).append(float(value))
-    kwargs["log_extra"] = _no_log_extra
+    kwargs = dict(columns, prompts=prompts, completions=completions, completion_ids=completion_ids,
+                  trainer_state=trainer_state,  # as TRL passes it: curricula read trainer_state.global_step
+                  environments=environments, log_extra=_no_log_extra,
+                  log_metric=lambda name, value: logged.setdefault(str(name), []).append(float(value)))
+    kwargs = {k: v for k, v in kwargs.items() if v is not None or k in columns}  # the optional ones when given
     outcomes = _call_all(reward_funcs, kwargs, timeout_s)
 
     rewards = torch.full((n, len(reward_funcs)), math.nan, dtype=torch.float32)  # [N, F]
     metrics: dict[str, float] = {"reward/errors": 0.0, "reward/call_timeouts": 0.0, "reward/nan": 0.0}
+    texts = [completion_text(c) for c in completions]
+    steps: list[list] = [[] for _ in range(n)]
     for j, (fn, outcome) in enumerate(zip(reward_funcs, outcomes)):
         name = reward_name(fn)
         values = _values(fn, outcome, n, columns, kwargs)
         if values is not None:
-            floats, outcome, bad = _column(name, values)
+            floats, given, outcome, bad = _column(name, values, texts)
             rewards[:, j] = torch.tensor(floats, dtype=torch.float32)
             metrics["reward/nan"] += bad
+            for i, s in enumerate(given):
+                steps[i] += [(end, score, j) for end, score in s or ()]
         failed = isinstance(outcome, BaseException)
         metrics[f"reward/{name}/failed"] = float(failed)
         if failed:
@@ -324,6 +335,8 @@ def score_completions(reward_funcs: list[Callable], prompts: list, completions: 
             for key, value in pop().items():
                 metrics[f"reward/{key}"] = metrics.get(f"reward/{key}", 0.0) + float(value)
     metrics.update({LOGGED + name: sum(values) / len(values) for name, values in logged.items()})
+    if steps_out is not None:
+        steps_out[:] = steps
     return rewards, metrics
 
 
@@ -335,7 +348,8 @@ def _no_log_extra(column: str, values: list) -> None:
 
 def score_groups(reward_funcs: list[Callable], rows: list[dict], texts: list[str], n: int,
                  completion_ids: list | None = None, trainer_state: Any = None,
-                 timeout_s: float = math.inf, episodes: dict | None = None) -> tuple[Any, dict[str, float]]:
+                 timeout_s: float = math.inf, episodes: dict | None = None,
+                 steps_out: list | None = None) -> tuple[Any, dict[str, float]]:
     """Score n completions of each row, prompt-major (texts i*n .. i*n+n-1 answer rows[i]): the one entry point
     that training, evaluation and rejection sampling share. Each row's prompt and columns are repeated n times and
     completions of chat prompts are wrapped as assistant messages, as TRL passes them; an agent's `episodes` give
@@ -351,7 +365,7 @@ def score_groups(reward_funcs: list[Callable], rows: list[dict], texts: list[str
     columns = {k: [r.get(k) for r in rows for _ in range(n)] for k in keys}
     rewards, metrics = score_completions(reward_funcs, prompts, completions, columns, completion_ids=completion_ids,
                                          trainer_state=trainer_state, timeout_s=timeout_s,
-                                         environments=episodes.get("environments"))  # [N, F]
+                                         environments=episodes.get("environments"), steps_out=steps_out)  # [N, F]
     return rewards, {**metrics, **column_metrics(reward_funcs, rewards)}
 
 

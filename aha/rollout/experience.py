@@ -2,8 +2,9 @@
 
     prompts (B) --> Generation: engine (+ for an agent, the turn loop: tool calls parsed, tools run, results
                     appended) --> N = B*G episodes (token ids, loss mask, behaviour log-probs, finish, version)
-                --> reward functions and environment rewards --> rewards [N, F], weighted sum [N]
-                --> advantages (a sequence's outcome advantage broadcast over its model tokens) --> GRPOBatch
+                --> reward functions and environment rewards --> rewards [N, F], weighted sum [N], step rewards
+                --> advantages per token (an outcome advantage broadcast over the model tokens; under process
+                    supervision, from the steps each token precedes) --> GRPOBatch
 
 The single-process trainer draws its batches from an `Experience`; the Ray layer (aha.dist.Pipeline) is built
 from one: its rollout workers run the same `Generation`, its reward workers the same scoring, and its driver
@@ -25,6 +26,7 @@ from torch import Tensor
 from .. import algos
 from ..envs.tools import OUTCOMES
 from ..rewards import last_failure, merge_reward_metrics, record_failure, reward_name, score_groups
+from ..rewards.steps import step_tokens
 from ..train.batch import GRPOBatch
 from .base import Rollout, SamplingParams
 from .engines import get_engine
@@ -200,32 +202,43 @@ class Experience:
     def score(self, rows: list[dict], prompt_ids: list[list[int]], out: Rollout, texts: list[str], step: int
               ) -> tuple[GRPOBatch, dict[str, float]]:
         """A Rollout of G completions per row -> the scored GRPOBatch (advantages 0 until `assemble`)."""
+        steps: list = []
         rpf, metrics = score_groups(self.reward_funcs, rows, texts, self.args.num_generations, out.completion_ids,
-                                    self.trainer_state(step), self.args.reward_timeout, episode_inputs(out))  # [N,F]
-        return self.make_batch(rows, prompt_ids, out, texts, rpf), metrics
+                                    self.trainer_state(step), self.args.reward_timeout, episode_inputs(out),
+                                    steps_out=steps)                                        # [N,F]
+        return self.make_batch(rows, prompt_ids, out, texts, rpf, steps), metrics
 
     def from_parts(self, rows: list[dict], prompt_ids: list[list[int]], out: Rollout, texts: list[str],
                    parts: list[tuple[list[int], dict]]) -> tuple[GRPOBatch, dict[str, float]]:
         """The scored batch from reward columns scored in several places (`score_rollout` results, each for the
         reward functions at its indices): a Ray reward worker's, a rollout worker's beside its environments."""
         rpf = torch.full((len(texts), len(self.reward_funcs)), float("nan"))                 # [N,F]
+        steps: list[list] = [[] for _ in texts]
         for idx, scored in parts:
             rpf[:, idx] = scored["rewards"]
+            for mine, theirs in zip(steps, scored["steps"]):  # their function indices are positions in idx
+                mine += [(end, score, idx[j]) for end, score, j in theirs]
             for name, error in scored["failures"].items():
                 record_failure(name, RuntimeError(f"in a Ray worker: {error}"))
         metrics = merge_reward_metrics(self.reward_funcs, [scored["metrics"] for _, scored in parts], rpf)
-        return self.make_batch(rows, prompt_ids, out, texts, rpf), metrics
+        return self.make_batch(rows, prompt_ids, out, texts, rpf, steps), metrics
 
     def make_batch(self, rows: list[dict], prompt_ids: list[list[int]], out: Rollout, texts: list[str],
-                   rpf: Tensor) -> GRPOBatch:
+                   rpf: Tensor, steps: list[list] | None = None) -> GRPOBatch:
+        """The scored GRPOBatch; step rewards (end, score, function) get the token their step ends on."""
         G, N = self.args.num_generations, len(texts)
         behaviour = None if out.logprobs is None else [torch.tensor(x, dtype=torch.float32) for x in out.logprobs]
         mask = None if out.loss_mask is None else [torch.tensor(m, dtype=torch.long) for m in out.loss_mask]
+        given = steps if steps and any(steps) else None
+        if given is not None and out.episodes is not None:
+            raise ValueError("a reward function gave step rewards ((end, score) pairs) on multi-turn episodes; step "
+                             "rewards are offsets into a single-turn completion's text: return one number per episode")
         return GRPOBatch(rows=rows, prompt_ids=out.prompt_ids or [p for p in prompt_ids for _ in range(G)],
                          completion_ids=out.completion_ids, texts=texts, truncated=torch.tensor(out.truncated),
                          rewards_per_func=rpf, rewards=self.combine(rpf), advantages=torch.zeros(N),
                          versions=torch.full((N,), out.version, dtype=torch.long), behaviour_logprobs=behaviour,
-                         loss_mask=mask, episodes=out.episodes)
+                         loss_mask=mask, episodes=out.episodes,
+                         steps=given and [with_tokens(self.tokenizer, ids, s) for ids, s in zip(out.completion_ids, given)])
 
     def assemble(self, parts: Parts, more: Callable[[int], Parts]) -> tuple[GRPOBatch, dict[str, float]]:
         """Scored groups -> the step's training batch with its advantages. With dynamic_sampling (DAPO), groups
@@ -256,10 +269,28 @@ class Experience:
             metrics.update({"sampling/dropped_groups": float(len(batch.rows) - B), "sampling/rounds": float(rounds),
                             "sampling/groups": float(min(len(keep), B))})
             batch = batch.groups(chosen)
-        advantages, adv_metrics = algos.compute_advantages(a.advantage_estimator, batch.rewards,
-                                                           a.num_generations)        # [N]
-        batch.set_advantages(advantages)
+        if batch.steps is not None:
+            metrics.update(step_metrics(batch.steps))
+        if algos.is_process(a.advantage_estimator) and batch.steps is not None:
+            advantages, adv_metrics = self.process_advantages(batch)                  # [N,T]
+            batch.set_token_advantages(advantages)
+        else:
+            advantages, adv_metrics = algos.compute_advantages(a.advantage_estimator, batch.rewards,
+                                                               a.num_generations)    # [N]
+            batch.set_advantages(advantages)
         return batch, {**metrics, **adv_metrics}
+
+    def process_advantages(self, batch: GRPOBatch) -> tuple[Tensor, dict[str, float]]:
+        """Token advantages [N,T] by process supervision: each usable step's score times its function's weight, and
+        the outcome (the weighted sum of the functions that gave a number) as a step on the last model token."""
+        steps = [(i, tok, float(score) * float(self.reward_weights[j])) for i, seq in enumerate(batch.steps)
+                 for _, tok, j, score in seq if score == score]                     # NaN scores left out
+        seq, tok, score = (torch.tensor([x[k] for x in steps], dtype=torch.long if k < 2 else torch.float32)
+                           for k in range(3))                                       # [S] each
+        outcome = self.combine(batch.rewards_per_func, batch.steps, outcome_only=True)  # [N]
+        last = torch.tensor([int(m.nonzero().max()) if m.any() else 0 for m in batch.loss_mask])  # [N]
+        length = max(1, max(len(c) for c in batch.completion_ids))
+        return algos.process_advantages(outcome, last, seq, tok, score, length, batch.group_size)
 
     def _spread_groups(self, batch: GRPOBatch) -> list[int]:
         """Groups with at least two rewards that differ: the ones that carry a learning signal."""
@@ -278,11 +309,32 @@ class Experience:
                                    f"(last: {last!r}); fix it, or set reward_fail_steps=0 to train on without it"
                                    ) from last
 
-    def combine(self, rpf: Tensor) -> Tensor:
-        """Weighted sum over functions, NaN ignored; NaN only when no function gave a value."""
+    def combine(self, rpf: Tensor, steps: list[list] | None = None, outcome_only: bool = False) -> Tensor:
+        """Weighted sum over functions, NaN ignored; NaN only when no function gave a value. `outcome_only`: over
+        the functions that gave a completion a number, not steps (process supervision counts those step by step)."""
+        if outcome_only and steps is not None:
+            rpf = rpf.clone()
+            for i, seq in enumerate(steps):
+                rpf[i, [j for _, _, j, _ in seq]] = float("nan")
         finite = torch.isfinite(rpf)                                                 # [N,F]
         total = (torch.where(finite, rpf, torch.zeros_like(rpf)) * self.reward_weights).sum(-1)  # [N]
         return torch.where(finite.any(-1), total, torch.full_like(total, float("nan")))  # [N]
+
+
+def with_tokens(tokenizer, completion_ids: list[int], steps: list[tuple]) -> list[tuple]:
+    """Step rewards (end char, score, function) with the token each ends on: (end, token, function, score)."""
+    tokens = step_tokens(tokenizer, completion_ids, [end for end, _, _ in steps])
+    return [(end, tok, j, score) for (end, score, j), tok in zip(steps, tokens)]
+
+
+def step_metrics(steps: list[list[tuple]]) -> dict[str, float]:
+    """process/*: usable step rewards per completion, their mean score, and the share of the steps given a usable
+    score (the others: NaN, inf or not a number)."""
+    scores = [score for seq in steps for *_, score in seq]
+    usable = [x for x in scores if x == x]
+    return {"process/steps_per_completion": len(usable) / len(steps),
+            "process/step_reward_mean": sum(usable) / len(usable) if usable else float("nan"),
+            "process/scored_frac": len(usable) / len(scores) if scores else float("nan")}
 
 
 def episode_inputs(out: Rollout) -> dict | None:
@@ -330,8 +382,9 @@ def score_rollout(reward_funcs: list[Callable], rows: list[dict], out: Rollout, 
     """Rewards [N, F] of `reward_funcs` on a rollout, their metrics and failures (name -> repr), as a Ray worker
     returns them."""
     n = len(out.completion_ids) // len(rows)
+    steps: list = []
     rewards, metrics = score_groups(reward_funcs, rows, texts, n, out.completion_ids, state, timeout_s,
-                                    episode_inputs(out))                                  # [N,F]
+                                    episode_inputs(out), steps_out=steps)                 # [N,F]
     failures = {reward_name(f): repr(last_failure(reward_name(f))) for f in reward_funcs
                 if metrics[f"reward/{reward_name(f)}/failed"]}
-    return {"rewards": rewards, "metrics": metrics, "failures": failures}
+    return {"rewards": rewards, "metrics": metrics, "failures": failures, "steps": steps}

@@ -93,6 +93,35 @@ def column_steps_reward(prompts, completions, question, **kwargs) -> list[float]
     return out
 
 
+def column_step_rewards(prompts, completions, question, **kwargs) -> list[list[tuple[int, float]] | None]:
+    """`column_steps_reward` step by step: per completion one (end offset, score) per column sum written in
+    `<think>...</think>` (its whitespace-separated tokens), 1.0 when it is the worked column at that position,
+    else 0.0; each missing column is a 0.0 step ending where the think's content ends (with no
+    `<think>...</think>`, every column is missing and ends at the text's end), so the steps' mean is
+    `column_steps_reward`. A question that is not `a+b`: None.
+
+    Example: question "47+385", completion "<think>7+5=12 </think>" -> [(13, 1.0), (14, 0.0), (14, 0.0)].
+    """
+    from ..rewards import completion_text
+    out: list[list[tuple[int, float]] | None] = []
+    for comp, q in zip(completions, question):
+        operands = re.fullmatch(r"\s*(\d{1,1000})\s*\+\s*(\d{1,1000})\s*", q) if isinstance(q, str) else None
+        text = completion_text(comp)
+        start = text.find("<think>") + len("<think>")  # found with str.find: linear on "<think>" * n, not quadratic
+        end = text.find("</think>", start) if start >= len("<think>") else -1
+        if operands is None:
+            out.append(None)
+            continue
+        want = column_addition(*(int(x) for x in operands.groups())).split()
+        if end < 0:  # no chain written: every column is missing
+            out.append([(len(text), 0.0)] * len(want))
+            continue
+        written = list(re.finditer(r"\S+", text[start:end]))
+        steps = [(start + w.end(), float(i < len(want) and w.group() == want[i])) for i, w in enumerate(written)]
+        out.append(steps + [(end, 0.0)] * (len(want) - len(written)))
+    return out
+
+
 def _rewards():
     from ..rewards import format_reward, math_reward
     return [math_reward, format_reward, column_steps_reward]

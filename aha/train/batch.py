@@ -2,7 +2,7 @@
 
 Token-level: every sequence carries a loss mask (1 on the tokens the model wrote, 0 on environment and tool
 tokens, which are context only) and an advantage per token (an outcome reward's advantage is one value
-broadcast over the sequence). This file imports nothing of aha: the experience box (aha.rollout), the learner
+broadcast over the sequence; process supervision gives each token its own, from the step rewards it carries). This file imports nothing of aha: the experience box (aha.rollout), the learner
 and the Ray layer (aha.dist) all read it.
 """
 
@@ -32,6 +32,7 @@ class GRPOBatch:
     loss_mask: list[Tensor] | None = None           # N x [len(completion)] long: 1 model token, 0 environment token
     token_advantages: list[Tensor] | None = None    # N x [len(completion)] float32: the advantage of each token
     episodes: list[dict] | None = None              # N turn records of multi-turn episodes (None: single turn)
+    steps: list[list[tuple]] | None = None          # N x [(end char, end token, function index, score)] step rewards
 
     def __post_init__(self):
         if self.loss_mask is None:  # a single-turn completion: every token is the model's
@@ -45,6 +46,13 @@ class GRPOBatch:
         assert advantages.shape == (len(self.completion_ids),), advantages.shape
         self.advantages = advantages
         self.token_advantages = [a.expand(len(m)) * m.to(advantages.dtype) for a, m in zip(advantages, self.loss_mask)]
+
+    def set_token_advantages(self, advantages: Tensor) -> None:
+        """Advantages per token [N,T] (process supervision: each token its own), kept on each sequence's model
+        tokens; a sequence's `advantages` entry is then its first token's (the sum of all its steps')."""
+        assert advantages.dim() == 2 and advantages.shape[0] == len(self.completion_ids), advantages.shape
+        self.token_advantages = [advantages[i, :len(m)] * m.to(advantages.dtype) for i, m in enumerate(self.loss_mask)]
+        self.advantages = torch.stack([t[0] if len(t) else t.new_zeros(()) for t in self.token_advantages])
 
     @property
     def prompts(self) -> list:

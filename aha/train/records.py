@@ -2,7 +2,8 @@
 
 One JSON line per group: the prompt, the G completions with their per-function rewards, total reward and
 advantage, the group's reward mean and std, and per token the text piece, log-prob, ratio, clip flag, KL and
-its term in the loss. An agent's episode adds its own prompt (after its environment's reset), its `turns`
+its term in the loss. Step rewards add each completion's `steps` (`end` character, `token`, `reward` function
+name, `score`), and per token `advantage` when the tokens' advantages differ (process supervision). An agent's episode adds its own prompt (after its environment's reset), its `turns`
 (assistant turns with their text and tool calls, tool turns with each call's outcome and message, each with its
 token span [start, end) in the completion), its `finish` (stop, length, tool_limit) and per token `model`: 1 on
 the tokens the model wrote, 0 on the tokens the tools added, which carry no loss (loss term 0, clip 0). The per-token values are the tensors of the real update (`GRPOTrainer._micro_step`),
@@ -108,6 +109,12 @@ class GroupRecorder:
             seqs.append({"text": batch.texts[i], "rewards": _short(batch.rewards_per_func[i].tolist()),
                          "reward": _short([float(batch.rewards[i])])[0], "advantage": _short([float(batch.advantages[i])])[0],
                          "trained": bool(values), "tokens": {"piece": pieces, **values}})
+            adv = batch.token_advantages[i]
+            if len(adv) and bool((adv != adv[0]).any()):  # process supervision: each token its own advantage
+                seqs[-1]["tokens"]["advantage"] = _short(adv.tolist())
+            if batch.steps is not None:  # step rewards: where each step ends (character, token) and its score
+                seqs[-1]["steps"] = [{"end": end, "token": tok, "reward": names[j], "score": _short([score])[0]}
+                                     for end, tok, j, score in batch.steps[i]]
             if batch.episodes is not None:  # an agent's episode: its turns, and which tokens the model wrote
                 ep = batch.episodes[i]
                 seqs[-1].update({"prompt": ep["prompt"], "turns": ep["turns"], "finish": ep["finish"]})

@@ -1,0 +1,121 @@
+"""Step rewards: a reward function's value for one completion may be a list of `(end, score)` pairs, one per
+reasoning step, instead of one number. `end` is the character offset in the completion's text just after the
+step's last character (`text[:end]` ends with the step); `score` is the step's reward. Plain tuples: a reward
+needs no aha import (`Step` is the same pair with names). An empty list means no step was written.
+
+The trainer maps each end to the token that holds the step's last character (`step_tokens`, the one place
+offsets become token indices; a step ending inside a token belongs to that token) and, under
+`advantage_estimator: grpo_process`, gives each token the sum of the normalised rewards of the steps ending at
+or after it (aha.algos.process_advantages). Under an outcome estimator a completion's steps count as one number,
+the mean of their scores (`step_mean`).
+"""
+from __future__ import annotations
+
+import bisect
+import math
+import re
+from typing import Any, NamedTuple, Sequence
+
+
+PARTIAL = "\ufffd"
+"""What a decoder writes for the bytes of a character whose other bytes are in a later token."""
+
+
+class Step(NamedTuple):
+    """One step's reward: it ends at character `end` of the completion's text (exclusive)."""
+
+    end: int
+    score: float
+
+
+def is_steps(value: Any) -> bool:
+    """Whether a reward value is a list of (end, score) pairs (an empty list is one: no steps written).
+
+    >>> is_steps([(5, 1.0), (9, 0.0)]), is_steps([]), is_steps(0.5), is_steps([0.5, 1.0])
+    (True, True, False, False)
+    """
+    return isinstance(value, (list, tuple)) and not hasattr(value, "shape") and all(
+        isinstance(p, (list, tuple)) and len(p) == 2 and _is_int(p[0]) for p in value)
+
+
+def _is_int(x: Any) -> bool:
+    return hasattr(x, "__index__") and not isinstance(x, bool)  # int, numpy and 0-d torch integers
+
+
+def clean_steps(value: Sequence, text_len: int | None = None) -> list[Step]:
+    """One value's steps sorted by end, each score a float: NaN where it is NaN, inf or not a number (such a step
+    is left out like a None reward, and counted). An end past the text is the text's end. A negative end is a
+    mistake in the reward function: ValueError.
+
+    >>> clean_steps([(9, 0.0), (4, 1), (6, "x")], text_len=8)
+    [Step(end=4, score=1.0), Step(end=6, score=nan), Step(end=8, score=0.0)]
+    """
+    steps = []
+    for end, score in value:
+        end = int(end)
+        if end < 0:
+            raise ValueError(f"a step reward ends at character {end}; ends are offsets into the completion's text, >= 0")
+        try:
+            score = float(score)
+        except (TypeError, ValueError):
+            score = math.nan
+        steps.append(Step(end if text_len is None else min(end, text_len), score if math.isfinite(score) else math.nan))
+    return sorted(steps, key=lambda s: s.end)
+
+
+def step_mean(steps: Sequence[Step]) -> float:
+    """The one number a list of steps counts as under an outcome estimator: the mean of its usable scores (NaN
+    when none is usable or no step was written).
+
+    >>> step_mean([Step(3, 1.0), Step(5, 0.0), Step(8, float("nan"))])
+    0.5
+    """
+    usable = [s.score for s in steps if not math.isnan(s.score)]
+    return sum(usable) / len(usable) if usable else math.nan
+
+
+def delimited_ends(text: str, delimiter: str | re.Pattern = "\n") -> list[int]:
+    """Where the steps of `text` end when a delimiter (a string such as "\\n" or "\\n\\n", or a compiled regex)
+    separates them: each step ends before its delimiter; empty steps are skipped; the last step ends at the text's
+    end. Pair the ends with scores to make a step reward.
+
+    >>> delimited_ends("a=1\\nb=2\\n\\nc=3")
+    [3, 7, 12]
+    >>> delimited_ends("x. y. z", re.compile(r"\\.\\s*"))
+    [1, 4, 7]
+    """
+    pattern = delimiter if isinstance(delimiter, re.Pattern) else re.compile(re.escape(delimiter))
+    ends, start = [], 0
+    for m in pattern.finditer(text):
+        if m.end() == m.start():
+            continue
+        if text[start:m.start()].strip():
+            ends.append(m.start())
+        start = m.end()
+    if text[start:].strip():
+        ends.append(len(text))
+    return ends
+
+
+def step_tokens(tokenizer, completion_ids: list[int], ends: list[int]) -> list[int]:
+    """The token index of each step end: the token that holds the step's last character (text[end - 1]), in the
+    completion's text as decoded from `completion_ids` (skip_special_tokens, as the rewards saw it). Computed
+    from the decoded length of every prefix, so tokens that merge characters across a step boundary (BPE,
+    byte-level pieces of one character) are handled: the step belongs to the token its last character is in.
+    An end of 0 (an empty step) is token 0; an end past the text, the last token.
+
+    Example: tokens "ab" "c=" "3" (text "abc=3"), a step "abc" ends at 3: its last character "c" is in token 1;
+    "é" as two byte-level tokens belongs to the second, where it is complete.
+    """
+    if not ends:
+        return []
+    if not completion_ids:
+        raise ValueError("a step reward on an empty completion: it has no token to put the step on")
+    prefixes = tokenizer.batch_decode([completion_ids[:i + 1] for i in range(len(completion_ids))],
+                                      skip_special_tokens=True)
+    lengths, top = [], 0
+    for p in prefixes:  # characters complete after each token: a character split over byte-level tokens decodes
+        top = max(top, len(p) - p.endswith(PARTIAL))  # to a replacement mark until its last byte; non-decreasing
+        lengths.append(top)
+    last = len(completion_ids) - 1
+    return [min(bisect.bisect_left(lengths, end), last) for end in ends]

@@ -118,3 +118,26 @@ def test_aha_demo_measures_reflection_before_and_after_and_keeps_what_the_tracke
     again = json.loads((arm / "summary.json").read_text())
     assert again["sft_steps"] == 0 and again["sft_accuracy"] == summary["sft_accuracy"] and not (arm / "base").exists()
     assert "reward_weights:\n- 1.0\n- 0.1\n- 0.5" in (arm / "grpo" / "config.yaml").read_text()
+
+
+def test_process_demo_arms_share_a_cold_start_and_record_their_credit(tmp_path):
+    """`aha demo process`: the steps arm trains a cold start, the outcome arm starts from it (sft_model, 0 SFT
+    steps taken), each records its credit and each held-out problem's verdicts; steps logs process/* metrics under
+    grpo_process; credit=prm without a PRM, or an unknown credit, is refused before training."""
+    small = ["size=tiny", "sft_examples=64", "sft_steps=3", "sft_batch=8", "sft_target=0", "grpo_steps=2",
+             "prompts_per_step=2", "num_generations=2", "eval_problems=8", "eval_every=0", "progress_bar=false"]
+    assert main(["demo", "process", "credit=steps", f"output_dir={tmp_path / 'steps'}", *small]) == 0
+    sft = tmp_path / "steps" / "sft" / "model"
+    assert main(["demo", "process", "credit=outcome", f"output_dir={tmp_path / 'out'}", f"sft_model={sft}",
+                 *small]) == 0
+    steps, outcome = (json.loads((tmp_path / d / "summary.json").read_text()) for d in ("steps", "out"))
+    assert (steps["credit"], outcome["credit"]) == ("steps", "outcome") and outcome["sft_steps"] == 0
+    assert outcome["sft_accuracy"] == steps["sft_accuracy"]  # the same cold start, the same held-out problems
+    verdicts = json.loads((tmp_path / "out" / "verdicts.json").read_text())
+    assert len(verdicts["sft"]) == len(verdicts["grpo"]) == 8 and set(verdicts["sft"]) <= {0.0, 1.0}
+    rows = [json.loads(line) for line in (tmp_path / "steps" / "grpo" / "metrics.jsonl").read_text().splitlines()]
+    assert all("process/steps_per_completion" in r for r in rows if r["step"] > 0)
+    assert "advantage_estimator: grpo_process" in (tmp_path / "steps" / "grpo" / "config.yaml").read_text()
+    assert "advantage_estimator: grpo\n" in (tmp_path / "out" / "grpo" / "config.yaml").read_text()
+    assert main(["demo", "process", "credit=prm", f"output_dir={tmp_path / 'prm'}", *small]) == 2
+    assert main(["demo", "process", "credit=magic", f"output_dir={tmp_path / 'bad'}", *small]) == 2

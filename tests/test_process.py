@@ -213,3 +213,24 @@ def test_step_rewards_train_token_by_token(tiny_dir, tmp_path):
                      reward_weights=[1.0, 0.5])
     assert outcome[0]["reward/first_chars/mean"] == rows[0]["reward/first_chars/mean"]
     assert outcome[0]["reward/mean"] == rows[0]["reward/mean"]
+
+
+def test_steps_scored_in_several_places_are_the_steps_scored_in_one(tiny_dir, tmp_path):
+    """The Ray path: reward columns scored elsewhere (score_rollout per worker, its function indices its own) are
+    joined by from_parts into the batch one process makes: same rewards, same steps (function indices remapped)."""
+    from aha.rollout.experience import score_rollout
+    trainer = GRPOTrainer(model=tiny_dir, reward_funcs=[first_chars, ids_mod3, first_chars],
+                          args=GRPOConfig(output_dir=str(tmp_path), max_steps=1, num_generations=4,
+                                          per_device_train_batch_size=8, max_completion_length=12,
+                                          progress_bar=False, report_to=[]),
+                          train_dataset=PROMPTS, engine_factory=ScriptedEngine)
+    x = trainer.experience
+    rows, ids = x.prompts.take(2)
+    out, texts = x.generation.run(rows, ids, x.generator)
+    one, _ = x.score(rows, ids, out, texts, 0)
+    parts = [([2, 0], score_rollout([first_chars, first_chars], rows, out, texts, None, 10.0)),
+             ([1], score_rollout([ids_mod3], rows, out, texts, None, 10.0))]
+    joined, _ = x.from_parts(rows, ids, out, texts, parts)
+    assert torch.equal(one.rewards_per_func, joined.rewards_per_func)
+    assert one.steps is not None and [sorted(s) for s in one.steps] == [sorted(s) for s in joined.steps]
+    assert {j for seq in one.steps for _, _, j, _ in seq} == {0, 2}

@@ -3,6 +3,7 @@
     aha demo              the embedded default: a tiny model learns column addition (default.py)
     aha demo aha          the aha moment: a task where checking pays; does GRPO make the model reflect? (aha_moment.py)
     aha demo agent        an agent: a tiny model learns to use a virtual filesystem's tools (agent.py)
+    aha demo process      process rewards: the default's task with each column sum rewarded as a step (process.py)
 
 Every variant reads the one flat DemoConfig (`aha demo --help`) and writes to its own output_dir (runs/demo,
 runs/demo_NAME). Adding one, say `aha demo agent`:
@@ -38,6 +39,8 @@ VARIANTS: dict[str, Variant] = {
     "aha": Variant("aha_moment", "the aha moment: a task where checking pays, reflection before and after GRPO",
                    fields=("reflect_share", "check_carries", "wait_reward", "sft_model", "held_out_samples")),
     "agent": Variant("agent", "an agent: a tiny model learns a virtual filesystem's tools, task success before/after"),
+    "process": Variant("process", "process rewards: the embedded default with credit by step (or outcome, or a PRM)",
+                       fields=("credit", "sft_model", "prm_model")),
 }
 """Variant name ("" for plain `aha demo`) -> the file that runs it."""
 

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from ..config import DemoConfig
-from .default import accuracy_report, cold_start, finish, held_out, start, train_grpo
+from .default import accuracy_report, cold_start, finish, given_model, held_out, start, train_grpo
 
 CURVES = ["eval/accuracy", "eval/behaviour/reflection_rate", "behaviour/reflection_rate",
           "behaviour/accuracy/reflective", "behaviour/accuracy/direct", "behaviour/wait_fixed_rate",
@@ -65,9 +65,7 @@ def cold_started(cfg: DemoConfig, out: Path, task, train: list) -> tuple[Path, i
     from ..models.tiny import make_tiny
     from ..tasks.checked import check_corpus
     if cfg.sft_model:
-        if not (Path(cfg.sft_model) / "config.json").is_file():
-            raise ValueError(f"sft_model={cfg.sft_model} is not a saved model (no config.json)")
-        return Path(cfg.sft_model), 0
+        return given_model(cfg.sft_model, "sft_model"), 0
     base = make_tiny(out / "base", check_corpus(train), size=cfg.size, seed=cfg.seed)
     return cold_start(cfg, out, base, task, train)
 

@@ -83,6 +83,13 @@ def cold_start(cfg: DemoConfig, out: Path, base: Path, task, train: list) -> tup
     return sft.save_model(), sft.step_count
 
 
+def given_model(path: str, key: str) -> Path:
+    """A saved model a setting names (an earlier run's, to share it between arms); not one: ValueError."""
+    if not (Path(path) / "config.json").is_file():
+        raise ValueError(f"{key}={path} is not a saved model (no config.json)")
+    return Path(path)
+
+
 def held_out(cfg: DemoConfig, task, test: list, model_dir: Path, **evaluate_kwargs) -> dict:
     """aha.eval.evaluate's summary of a saved model on the held-out problems, with each problem's greedy verdict
     (`correct`, for the paired gain) and its records (`records`)."""
@@ -146,13 +153,13 @@ def finish(out: Path, summary: dict, table: str) -> dict:
 
 
 def report(out: Path, before: dict, after: dict, n_test: int, cfg: DemoConfig, grpo_dir: Path, seconds: float,
-           sft_steps: int) -> dict:
-    """summary.json, results.md and demo.png in `out`; the table printed."""
+           sft_steps: int, **extra) -> dict:
+    """summary.json (with `extra`'s keys), results.md and demo.png in `out`; the table printed."""
     from ..metrics import plot_metrics
     plot = plot_metrics(out / "grpo" / "metrics.jsonl",
                         ["reward/mean", "eval/accuracy", "completion/len_mean", "perf/step_s"],
                         out / "demo.png", title="GRPO on column addition (held-out accuracy in eval/)")
     summary, table = accuracy_report(before, after, n_test, cfg.seed)
     summary.update({"eval_problems": n_test, "sft_steps": sft_steps, "steps": cfg.grpo_steps,
-                    "seconds": round(seconds, 1), "model_dir": str(grpo_dir), "plot": str(plot)})
+                    "seconds": round(seconds, 1), "model_dir": str(grpo_dir), "plot": str(plot), **extra})
     return finish(out, summary, table)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from .base import Reward, completion_text
+from .steps import is_steps
 
 _TAGS = ("<think>", "</think>", "<answer>", "</answer>")
 
@@ -49,8 +50,8 @@ class FormatReward(Reward):
 
 
 class FormatGated(Reward):
-    """`inner`'s reward where the format is right, 0.0 where it is not (None stays None). Keeps `inner`'s name,
-    columns and metrics, so it drops into a config in place of the bare reward.
+    """`inner`'s reward where the format is right, 0.0 where it is not (step rewards: each step 0.0; None stays
+    None). Keeps `inner`'s name, columns and metrics, so it drops into a config in place of the bare reward.
 
     >>> from aha.rewards.maths import MathReward
     >>> FormatGated(MathReward())(None, ["<think>.</think><answer>4</answer>", "4"], answer=["4", "4"])
@@ -64,14 +65,25 @@ class FormatGated(Reward):
         self.think_in_prompt = think_in_prompt
         self.required_columns = tuple(getattr(inner, "required_columns", ()))
 
-    def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float | None]:
+    def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list:
         values = self.inner(prompts, completions, **kwargs)
-        return [v if v is None or format_ok(completion_text(c), self.think_in_prompt) else 0.0
+        return [v if v is None or format_ok(completion_text(c), self.think_in_prompt) else _zero(v, completion_text(c))
                 for v, c in zip(values, completions)]
 
     def pop_metrics(self) -> dict[str, float]:
         pop = getattr(self.inner, "pop_metrics", None)
         return pop() if callable(pop) else {}
+
+
+def _zero(value: Any, text: str) -> Any:
+    """A gated-off value: 0.0, or for step rewards each step at 0.0 (none written: one at the text's end).
+
+    >>> _zero(0.7, "x"), _zero([(2, 1.0), (5, 1.0)], "hello"), _zero([], "hey")
+    (0.0, [(2, 0.0), (5, 0.0)], [(3, 0.0)])
+    """
+    if not is_steps(value):
+        return 0.0
+    return [(end, 0.0) for end, _ in value] or [(len(text), 0.0)]
 
 
 format_reward = FormatReward()

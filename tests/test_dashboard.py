@@ -382,3 +382,51 @@ def test_learn_toy_update_is_grpo_with_aha_loss_and_optimizer(client):
     assert client.post("/api/learn/toy", json={**body, "rewards": [1, 2]}).status_code == 400
     assert client.post("/api/learn/toy", json={**body, "estimator": "nope"}).status_code == 400
     assert client.post("/api/learn/toy", json={**body, "state": {"logits": [1e9] * 6}}).status_code == 400
+
+
+def _by_algos(steps, outcomes):
+    """The example's advantages by aha.algos: every answer has its 3 column steps on tokens 1, 2, 3 and its
+    outcome on its last token, 6 (7 tokens), G = 4."""
+    outcome = torch.tensor(outcomes, dtype=torch.float32)             # [N=4]
+    seq = torch.arange(4).repeat_interleave(3)                        # [S=12]
+    token = torch.tensor([1, 2, 3] * 4)                               # [S]
+    score = torch.tensor([s for st in steps for s in st], dtype=torch.float32)  # [S]
+    process, _ = algos.process_advantages(outcome, torch.full((4,), 6), seq, token, score, 7, 4)  # [N,T]
+    per_answer, _ = algos.compute_advantages("grpo", outcome, 4)      # [N]
+    return process, per_answer
+
+
+def test_learn_process_supervision_is_aha_algos_own(client):
+    got = client.post("/api/learn/supervision", json={}).json()
+    steps = [[s["score"] for s in c["steps"]] for c in got["completions"]]
+    outcomes = [c["outcome"]["score"] for c in got["completions"]]
+    # the arithmetic task's rewards on the example: a dropped carry in answer 2 (right answer), a miscopied answer 3
+    assert steps == [[1, 1, 1], [1, 0, 1], [1, 1, 1], [1, 0, 0]] and outcomes == [1, 1, 0, 0]
+    assert all([s["token"] for s in c["steps"]] == [1, 2, 3] and c["outcome"]["token"] == 6 for c in got["completions"])
+    process, per_answer = _by_algos(steps, outcomes)
+    for i, c in enumerate(got["completions"]):
+        assert c["process_advantage"] == pytest.approx(process[i].tolist(), abs=1e-6)
+        assert c["outcome_advantage"] == pytest.approx([float(per_answer[i])] * 7, abs=1e-6)
+        for s in c["steps"]:  # a step's normalised reward is the jump in advantage at its end token
+            assert s["normalised"] == pytest.approx(float(process[i, s["token"]] - process[i, s["token"] + 1]), abs=1e-5)
+    # pool: 11 ones and 5 zeros -> mean 11/16, unbiased std sqrt(880/3840); a wrong step -0.6875/(0.478714+1e-4)
+    assert got["pool"] == {"size": 16, "mean": 0.6875, "std": pytest.approx(math.sqrt(880 / 3840), abs=1e-6)}
+    assert got["completions"][1]["steps"][1]["normalised"] == pytest.approx(-0.6875 / (math.sqrt(880 / 3840) + 1e-4), abs=1e-6)
+    # answer 2's tokens up to its wrong step: 0.6527 (step 1) - 1.4358 (step 2) + 0.6527 (step 3) + 0.6527 (outcome)
+    assert got["completions"][1]["process_advantage"][1] == pytest.approx(0.522124, abs=1e-5)
+    assert got["completions"][1]["process_advantage"][:3] != got["completions"][0]["process_advantage"][:3]
+    toggled = [[1, 1, 1], [1, 1, 1], [1, 1, 1], [0, 0, 0]]
+    again = client.post("/api/learn/supervision", json={"steps": toggled, "outcomes": outcomes}).json()
+    process, _ = _by_algos(toggled, outcomes)
+    shown = [v for c in again["completions"] for v in c["process_advantage"]]
+    assert shown == pytest.approx(process.reshape(-1).tolist(), abs=1e-6)
+
+
+def test_learn_process_supervision_refuses_bad_scores(client):
+    short = client.post("/api/learn/supervision", json={"steps": [[1, 1]]})
+    assert short.status_code == 400 and "steps must be 4 lists of 3, 3, 3, 3 numbers" in short.json()["error"]
+    assert "outcomes must be 4 numbers" in client.post("/api/learn/supervision", json={"outcomes": [1, 0]}).json()["error"]
+    for bad in ("x", True, 1e9, None):
+        r = client.post("/api/learn/supervision", json={"outcomes": [1, 1, 0, bad]})
+        assert r.status_code == 400 and "outcomes must be a number in [-10.0, 10.0]" in r.json()["error"], bad
+    assert client.post("/api/learn/supervision", json={"steps": [[1, 1, 1]] * 3 + [[1, "no", 1]]}).status_code == 400

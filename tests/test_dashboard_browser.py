@@ -599,14 +599,14 @@ def test_the_toy_grpo_update_is_aha_own_update_step_after_step(driver, site, sho
 
 
 def test_every_learn_number_is_computed_by_aha_algos_on_the_server(driver, site):
-    from aha.dashboard import explain, toy
+    from aha.dashboard import explain, supervision, toy
     open_page(driver, site, "learn")
     driver.find_element("id", "toy-step").click()
     wait_for(lambda: driver.find_elements("css selector", "#toy-table td.after"), timeout=60, what="a toy update")
     answers = {"adv-panel": explain.advantages({"rewards": [1, 0, 0, 1, 0.5, 0]}),
                "token-loss-panel": explain.aggregation({"short": 4, "long": 16, "max_len": 32}),
                "ratio-panel": explain.ratio({"p_old": 0.5, "p_new": 0.7, "epsilon": 0.2, "epsilon_high": 0.28}),
-               "kl-panel": explain.kl({"p": 0.3, "p_ref": 0.5}),
+               "kl-panel": explain.kl({"p": 0.3, "p_ref": 0.5}), "process-panel": supervision.outcome_vs_process({}),
                "toy-panel": toy.update({"rewards": [1, 1, 0, 0.5, 0, 0], "learning_rate": 0.1, "epsilon": 0.2, "beta": 0,
                                         "passes": 1, "estimator": "grpo", "loss_type": "dapo"})}
     for panel, answer in answers.items():
@@ -614,6 +614,102 @@ def test_every_learn_number_is_computed_by_aha_algos_on_the_server(driver, site)
         assert len(shown) >= 5, panel
         for v in shown:
             assert any(abs(v - k) < 1e-9 for k in known), (panel, v)  # shown exactly as the server computed it
+
+
+def _process_rows(driver, kind):
+    """Every answer's per-token advantages, answer after answer, as the Learn page shows them (`kind`: outcome or
+    process)."""
+    return [float(v) for v in driver.execute_script(
+        "return [...document.querySelectorAll('#process-out table.process-answer')].flatMap(t => "
+        f"[...t.querySelectorAll('tr.{kind} td')].map(c => c.dataset.value))")]
+
+
+def _process_by_algos(steps, outcomes):
+    """The explainer's example by aha.algos: 4 answers, steps on tokens 1, 2, 3, the outcome on token 6 of 7."""
+    outcome = torch.tensor(outcomes, dtype=torch.float32)             # [N=4]
+    score = torch.tensor([s for st in steps for s in st], dtype=torch.float32)  # [S=12]
+    process, _ = algos.process_advantages(outcome, torch.full((4,), 6), torch.arange(4).repeat_interleave(3),
+                                          torch.tensor([1, 2, 3] * 4), score, 7, 4)  # [N,T]
+    pool = torch.cat([outcome, score])                                # [16] the group's steps and outcomes
+    return process, algos.compute_advantages("grpo", outcome, 4)[0], algos.compute_advantages("grpo", pool, 16)[0]
+
+
+def test_learn_process_supervision_click_a_step_see_aha_algos_advantages_and_toggle_it(driver, site, shots):
+    open_page(driver, site, "learn")
+    mark = '#process-out table[data-i="1"] .step-mark[data-j="1"]'  # answer 2's middle step: a dropped carry
+    wait_for(lambda: driver.find_elements("css selector", mark), what="the process explainer")
+    steps, outcomes = [[1, 1, 1], [1, 0, 1], [1, 1, 1], [1, 0, 0]], [1, 1, 0, 0]
+    process, per_answer, norm = _process_by_algos(steps, outcomes)
+    assert _process_rows(driver, "process") == pytest.approx(process.reshape(-1).tolist(), abs=1e-6)
+    assert _process_rows(driver, "outcome") == pytest.approx(per_answer.repeat_interleave(7).tolist(), abs=1e-6)
+    driver.execute_script("document.querySelector(arguments[0]).scrollIntoView({block: 'center'})", mark)
+    driver.find_element("css selector", mark).click()
+    value = lambda i: float(driver.find_element("id", i).get_attribute("data-value"))  # noqa: E731
+    assert value("process-score") == 0 and value("process-normalised") == pytest.approx(float(norm[4 + 4]), abs=1e-6)
+    assert value("process-outcome-adv") == pytest.approx(float(per_answer[1]), abs=1e-6)
+    covered = driver.execute_script("return [...document.querySelectorAll('#process-out table[data-i=\"1\"] tr.process "
+                                    "td.covered')].map(c => +c.dataset.t)")
+    assert covered == [0, 1, 2] and not driver.find_elements("css selector", '#process-out table[data-i="0"] .covered, '
+                                                              '#process-out tr.outcome .covered')
+    assert "at or before the step's end" in driver.find_element("id", "process-detail").text
+    _shoot(driver, shots, "process-panel", "learn_process.png")
+    driver.find_element("id", "process-toggle").click()  # mark the step right: recomputed on the server
+    steps[1][1] = 1
+    process, _, norm = _process_by_algos(steps, outcomes)
+    wait_for(lambda: _process_rows(driver, "process") == pytest.approx(process.reshape(-1).tolist(), abs=1e-6),
+             what="recomputed")
+    wait_for(lambda: value("process-score") == 1, what="the picked step, now right")
+    assert value("process-normalised") == pytest.approx(float(norm[8]), abs=1e-6)
+    assert "mark it wrong" in driver.find_element("id", "process-toggle").text
+    assert not console_errors(driver)
+
+
+def _step_run():
+    """A step of process supervision: answer 1 has two column steps (right, then wrong) and per-token advantages;
+    answer 2 was scored without steps and shares one advantage."""
+    pieces = ["<think>", "7+5=12", " 4+8=12", "</think>", "<answer>322</answer>"]
+    adv = [0.4, 0.4, -0.9, -0.3, -0.3]
+    steps = [{"end": 13, "token": 1, "reward": "column_step_rewards", "score": 1.0},
+             {"end": 20, "token": 2, "reward": "column_step_rewards", "score": 0.0}]
+    tok = lambda n, a: {"piece": pieces[:n], "logp": [-0.5] * n, "ratio": [1.0] * n, "clip": [0] * n, "kl": None,  # noqa: E731
+                        "loss": [-x / n for x in a]}
+    first = {"text": "".join(pieces), "rewards": [0.0], "reward": 0.0, "advantage": 0.4, "trained": True, "steps": steps,
+             "tokens": {**tok(5, adv), "advantage": adv}}
+    second = {"text": "".join(pieces), "rewards": [1.0], "reward": 1.0, "advantage": 0.7, "trained": True,
+              "tokens": tok(5, [0.7] * 5)}
+    return [{"step": 1, "group": 0, "prompt": [{"role": "user", "content": "47+385"}], "answer": "432",
+             "reward_names": ["math"], "mean": 0.5, "std": 0.7, "completions": [first, second]}]
+
+
+def test_groups_show_step_rewards_on_their_steps_and_each_tokens_advantage(driver, site, shots):
+    _own_runs()
+    _write_run(ROOT["path"] / "x_steps", [{"step": 1, "reward/mean": 0.5}], groups=_step_run())
+    open_page(driver, site, "groups?run=x_steps&step=1")
+    answers = wait_for(lambda: driver.find_elements("css selector", ".completion"), what="two answers")
+    plain, stepped = answers  # best first: the answer without steps (reward 1) leads
+    marks = stepped.find_elements("css selector", ".step-score")
+    assert [m.text for m in marks] == ["1", "0"] and [m.get_attribute("data-score") for m in marks] == ["1", "0"]
+    order = driver.execute_script("return [...arguments[0].querySelectorAll('.tok, .step-score')].map(e => "
+                                  "e.classList.contains('tok') ? e.textContent : '|' + e.textContent)", stepped)
+    assert order == ["<think>", "7+5=12", "|1", " 4+8=12", "|0", "</think>", "<answer>322</answer>"]  # after each step's end
+    tokens = stepped.find_elements("css selector", ".tok")
+    assert [float(t.get_attribute("data-advantage")) for t in tokens] == [0.4, 0.4, -0.9, -0.3, -0.3]
+    assert "advantage -0.9" in tokens[2].get_attribute("title") and "scored 0 by column_step_rewards" in tokens[2].get_attribute("title")
+    underline = [t.value_of_css_property("border-bottom-color") for t in tokens]
+    assert underline[0] == underline[1] == "rgba(22, 163, 74, 1)" and underline[2] == "rgba(220, 38, 38, 1)"  # step 1 right, step 2 wrong
+    assert tokens[3].value_of_css_property("border-bottom-style") == "none"  # after the last step: no step
+    assert "step rewards" in driver.find_element("id", "step-legend").text
+    assert not plain.find_elements("css selector", ".step-score, .tok[title], .tok[data-advantage]")  # as before
+    assert {t.value_of_css_property("border-bottom-style") for t in plain.find_elements("css selector", ".tok")} == {"none"}
+    Select = __import__("selenium.webdriver.support.select", fromlist=["Select"]).Select
+    Select(driver.find_element("id", "colour-by")).select_by_value("advantage")
+    stepped = driver.find_elements("css selector", ".completion")[1]
+    colours = [t.value_of_css_property("background-color") for t in stepped.find_elements("css selector", ".tok")]
+    assert len(set(colours)) == 3 and colours[0] == colours[1] != colours[2]  # 0.4, 0.4, -0.9, -0.3, -0.3
+    stepped.find_elements("css selector", ".tok")[2].click()
+    assert "advantage -0.9" in driver.find_element("id", "token-detail").text
+    driver.save_screenshot(str(shots / "groups_steps.png"))
+    assert not console_errors(driver)
 
 
 # ---------------------------------------------------------------- an agent's episodes; the aha moment

@@ -42,6 +42,8 @@ ADVANTAGE_FORMULAS = {
     "batch": "A_i = (r_i - mean(r)) / (std over the batch of (r_j - mean of j's group) + eps)",
     "batch_rewards": "A_i = (r_i - mean(r)) / (std over the batch of r_j + eps)   [TRL's scale_rewards=\"batch\"]",
     "rloo": "A_i = r_i - mean of the group's other rewards   [leave-one-out baseline]",
+    "grpo_process": "A_i = (r_i - mean(r)) / (std(r) + eps)   [one step per answer, its outcome: grpo; with step "
+                    "rewards each token sums the steps ending at or after it]",
 }
 """How each estimator of algos.ADVANTAGES reads, for the page (the code that computes it is in algos)."""
 

@@ -22,7 +22,7 @@ from starlette.responses import FileResponse, JSONResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from . import explain, toy
+from . import explain, supervision, toy
 from .guard import Guard
 from .playground import Playground
 from .text import prompt_text
@@ -34,7 +34,7 @@ log = logging.getLogger("aha.dashboard")
 STATIC = Path(__file__).parent / "static"
 LOCALHOST = "127.0.0.1"
 LEARN = {"advantages": explain.advantages, "ratio": explain.ratio, "kl": explain.kl,
-         "aggregation": explain.aggregation, "toy": toy.update}
+         "aggregation": explain.aggregation, "supervision": supervision.outcome_vs_process, "toy": toy.update}
 """The Learn GRPO explainers: POST /api/learn/<name> with the page's inputs, answered by aha.algos."""
 MAX_DIFF_RUNS = 8
 """Most runs whose configs are compared at once."""

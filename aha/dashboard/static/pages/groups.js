@@ -3,6 +3,8 @@
 // the update barely moved; "colour by" shows the per-token quantities (log-prob, ratio, KL, clip) where they vary.
 // An agent's episode is shown turn by turn: each model turn with its tool calls, each tool turn with its results'
 // outcomes; the tokens the tools added are greyed, without colour: the model read them, they were not trained.
+// Step rewards (process supervision) show as a marker with the score after each step's last token, the step's
+// tokens underlined in its score's colour; per-token advantages, where recorded, are in each token's title.
 "use strict";
 
 const RESULT_CHARS = 160;  // of a tool's result shown in its turn's header (all of it is in the tokens below)
@@ -55,13 +57,34 @@ function variationNote(v, groups) {
   if (!v.advantage) flat.push("one advantage per answer (outcome reward)");
   if (!v.loss) flat.push("so each answer's tokens share one term in the loss");
   return flat.length ? `At this step ${flat.join("; ")}. Per-token differences: colour by surprise` +
-    (v.ratio ? ", ratio" : "") + (v.kl ? ", KL" : "") + "." : "Per-token terms differ at this step: the colours vary within answers.";
+    (v.ratio ? ", ratio" : "") + (v.kl ? ", KL" : "") + (v.advantage ? ", advantage (by step)" : "") + "." : "Per-token terms differ at this step: the colours vary within answers.";
+}
+// ---------------------------------------------------------------- step rewards
+function stepColour(score) {  // 0 red .. 1 green (clamped); a step whose score could not be computed, grey
+  if (score === null || score === undefined) return "rgb(148,163,184)";
+  const a = Math.min(1, Math.max(0, score)), mix = (x, y) => Math.round(x + (y - x) * a);
+  return `rgb(${mix(220, 22)},${mix(38, 163)},${mix(38, 74)})`;
+}
+function stepOfToken(c, i) {  // the step token i belongs to: the first one ending at or after it
+  return (c.steps || []).filter(s => s.token >= i).sort((a, b) => a.token - b.token)[0] || null;
+}
+function stepMark(s) {
+  return el("span", { class: "step-score", "data-score": s.score === null ? "null" : String(s.score), "data-token": s.token,
+    style: `background:${stepColour(s.score)}`, title: `step reward ${s.reward}: ${fmt(s.score)} (the step ends at character ` +
+    `${s.end}, token ${s.token})` }, s.score === null ? "?" : fmt(s.score));
+}
+function stepText(step) { return step ? ` · in a step scored ${fmt(step.score)} by ${step.reward}` : ""; }
+function tokenTitle(c, i) {  // null where the run recorded neither step rewards nor per-token advantages: as before
+  const adv = c.tokens.advantage, step = stepOfToken(c, i);
+  if (!adv && !c.steps) return null;
+  return `token ${i}` + (adv ? ` · advantage ${fmt(adv[i])}` : "") + stepText(step);
 }
 function tokenSpan(c, i, vals, mode, scale, detail) {
-  const t = c.tokens, clip = t.clip ? t.clip[i] : 0, tool = isTool(c, i);
+  const t = c.tokens, clip = t.clip ? t.clip[i] : 0, tool = isTool(c, i), step = stepOfToken(c, i);
   const cls = ["tok", tool ? "masked" : c.trained ? "trained" : "", clip === 1 ? "clip-high" : clip === -1 ? "clip-low" : ""].join(" ").trim();
-  const span = el("span", { class: cls, style: tool ? null : `background:${colourOf(vals[i], mode, scale)}`, "data-v": vals[i],
-                            title: tool ? "tool token: read, not trained" : null }, t.piece[i]);
+  const style = tool ? null : `background:${colourOf(vals[i], mode, scale)}` + (step ? `;border-bottom:3px solid ${stepColour(step.score)}` : "");
+  const span = el("span", { class: cls, style, "data-v": vals[i], "data-advantage": t.advantage ? t.advantage[i] : null,
+                            title: tool ? "tool token: read, not trained" : tokenTitle(c, i) }, t.piece[i]);
   span.addEventListener("click", () => {
     document.querySelectorAll(".tok.selected").forEach(s => s.classList.remove("selected"));
     span.classList.add("selected");
@@ -69,7 +92,7 @@ function tokenSpan(c, i, vals, mode, scale, detail) {
     detail.replaceChildren(el("b", {}, JSON.stringify(t.piece[i])), ` log-prob ${fmt(t.logp ? t.logp[i] : null)}`,
       el("span", { class: "ratio" }, ` · ratio ${fmt(t.ratio ? t.ratio[i] : null)}`), ` · ${clipText}`,
       ` · KL ${fmt(t.kl ? t.kl[i] : null)} · loss term ${fmt(t.loss ? t.loss[i] : null)}`,
-      t.advantage ? ` · advantage ${fmt(t.advantage[i])}` : "",
+      t.advantage ? ` · advantage ${fmt(t.advantage[i])}` : "", stepText(step),
       tool ? " (a tool's token: read by the model, not trained)" : c.trained ? "" : " (not in the update)");
   });
   return span;
@@ -94,14 +117,19 @@ function drawGroup(g, mode, scale, topAdv, detail) {
     const per = g.reward_names.map((n, i) => `${n} ${fmt(c.rewards[i])}`).join(" · ");
     const vals = tokenValues(c, mode), toks = (from, to) => tokenRun(c, from, to, vals, mode, scale, detail);
     box.append(el("div", { class: "completion" }, el("div", { class: "meta" }, advantageBar(c.advantage, topAdv),
-      ` reward ${fmt(c.reward)} (${per}) · advantage ${fmt(c.advantage)}` + (c.trained ? "" : " · left out of the update") +
+      ` reward ${fmt(c.reward)} (${per}) · advantage ${fmt(c.advantage)}` + (c.tokens.advantage ? " at the first token " +
+      "(each token its own: see its title, or colour by advantage)" : "") + (c.steps ? ` · ${c.steps.length} step reward(s)` : "") +
+      (c.trained ? "" : " · left out of the update") +
       (c.turns ? episodeMeta(c, g) : "")), c.turns ? episodeView(c, toks) : toks(0, c.tokens.piece.length)));
   }
   return box;
 }
 function tokenRun(c, from, to, vals, mode, scale, detail) {
   const spans = [];
-  for (let i = from; i < Math.min(to, c.tokens.piece.length); i++) spans.push(tokenSpan(c, i, vals, mode, scale, detail));
+  for (let i = from; i < Math.min(to, c.tokens.piece.length); i++) {
+    spans.push(tokenSpan(c, i, vals, mode, scale, detail));
+    for (const s of (c.steps || []).filter(s => s.token === i)) spans.push(stepMark(s));
+  }
   return el("div", { class: "tokens" }, spans);
 }
 // ---------------------------------------------------------------- an agent's episode, turn by turn
@@ -136,6 +164,12 @@ function maskedLegend(groups) {  // shown where the step holds tool tokens
   return any ? el("div", { class: "legend", id: "masked-legend" }, el("span", { class: "tok masked" }, "tool"),
     " tool tokens: read, not trained (no advantage, ratio or loss term, so no colour)") : "";
 }
+function stepLegend(groups) {  // shown where the step holds step rewards
+  const any = groups.some(g => (g.completions || []).some(c => c.steps && c.steps.length));
+  return any ? el("div", { class: "legend", id: "step-legend" }, el("span", { class: "step-score", style: `background:${stepColour(0)}` }, "0"),
+    el("span", { class: "step-score", style: `background:${stepColour(1)}` }, "1"), " step rewards: each step's score after its " +
+    "last token, its tokens underlined in that colour (red 0 to green 1)") : "";
+}
 function legend(mode, scale, step, n) {
   const m = COLOUR_BY[mode];
   const ramp = m.kind === "diverging" ? `linear-gradient(90deg, rgb(${m.neg}), #fff, rgb(${m.pos}))` : `linear-gradient(90deg, #fff, rgb(${m.pos}))`;
@@ -165,7 +199,7 @@ page("groups", "Groups", async () => {
     const topAdv = Math.max(0, ...groups.flatMap(g => (g.completions || []).map(c => Math.abs(c.advantage ?? 0))));
     const v = variation(groups);
     body.replaceChildren(...(data.missing ? [el("p", {}, "This run has no groups.jsonl (log_groups_steps = 0?).")] :
-      [legend(mode, scale, data.step, groups.length), maskedLegend(groups), el("p", { class: "meta", id: "variation-note" }, variationNote(v, groups)),
+      [legend(mode, scale, data.step, groups.length), maskedLegend(groups), stepLegend(groups), el("p", { class: "meta", id: "variation-note" }, variationNote(v, groups)),
        ...groups.map(g => drawGroup(g, mode, scale, topAdv, detail))]));
     setHashParams({ run: picker.value, step: data.step, colour: mode === "loss" ? "" : mode });
     curvesLink.href = `#curves?runs=${encodeURIComponent(picker.value)}`;

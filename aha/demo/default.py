@@ -1,7 +1,7 @@
 """The embedded default: GRPO visibly teaching a tiny model column addition, offline, on a CPU.
 
 build a model in code -> cold-start SFT on a few worked solutions -> GRPO (public API) ->
-held-out greedy accuracy before and after, a plot, and summary.json.
+held-out greedy accuracy before and after, a plot, summary.json and verdicts.json.
 The steps are functions of their own (cold_start, held_out, train_grpo, accuracy_report) so that every
 variant of the demo runs them the same way.
 """
@@ -39,7 +39,9 @@ def start(cfg: DemoConfig) -> Path:
     return out
 
 
-def run(cfg: DemoConfig) -> dict:
+def run(cfg: DemoConfig, rewards: list | None = None, summary: dict | None = None, **settings) -> dict:
+    """The embedded default. Another variant on the same task passes its own `rewards` and GRPOConfig `settings`
+    (aha demo process), and keys for summary.json; with `sft_model` set, its cold start is reused."""
     from ..models.tiny import make_tiny
     from ..tasks import get_task, task_corpus
 
@@ -49,19 +51,24 @@ def run(cfg: DemoConfig) -> dict:
     train = task.load("train", 6000, cfg.seed)
     test = task.load("test", cfg.eval_problems, cfg.seed)
 
-    # 1. a model built in code, tokenizer trained on the task's own text
-    base = make_tiny(out / "base", task_corpus(train), size=cfg.size, seed=cfg.seed)
-
-    # 2. cold-start SFT on a few worked solutions
-    sft_dir, sft_steps = cold_start(cfg, out, base, task, train)
+    # 1-2. a model built in code (tokenizer trained on the task's own text), cold-start SFT on a few worked
+    #      solutions (or an earlier run's cold start, so that arms differing only in GRPO share it)
+    if cfg.sft_model:
+        sft_dir, sft_steps = given_model(cfg.sft_model, "sft_model"), 0
+    else:
+        base = make_tiny(out / "base", task_corpus(train), size=cfg.size, seed=cfg.seed)
+        sft_dir, sft_steps = cold_start(cfg, out, base, task, train)
     before = held_out(cfg, task, test, sft_dir)
 
     # 3. GRPO from the SFT checkpoint, through the public trainer API, on train problems SFT never saw
-    grpo_dir = train_grpo(cfg, out, sft_dir, task, train, task.rewards(), test)
+    grpo_dir = train_grpo(cfg, out, sft_dir, task, train, rewards or task.rewards(), test, **settings)
     after = held_out(cfg, task, test, grpo_dir)
 
-    # 4. what a person looks at: table, plot, summary
-    return report(out, before, after, len(test), cfg, grpo_dir, time.perf_counter() - t0, sft_steps)
+    # 4. what a person looks at: table, plot, summary; each held-out problem's greedy verdict before and after
+    #    (verdicts.json), for paired differences between runs
+    (out / "verdicts.json").write_text(json.dumps({"sft": before["correct"], "grpo": after["correct"]}))
+    return report(out, before, after, len(test), cfg, grpo_dir, time.perf_counter() - t0, sft_steps,
+                  sft_model=str(sft_dir), **(summary or {}))
 
 
 def cold_start(cfg: DemoConfig, out: Path, base: Path, task, train: list) -> tuple[Path, int]:

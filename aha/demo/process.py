@@ -15,17 +15,15 @@ verdict before and after). benchmarks/process_rewards.py runs the grid.
 
 from __future__ import annotations
 
-import json
-import time
-
 from ..config import DemoConfig
-from .default import cold_start, given_model, held_out, report, start, train_grpo
+from . import default
+from .default import given_model
 
 STEP_WEIGHT = 0.5
 """Weight of the column-sum reward in every arm that has one (the embedded default's)."""
 
 
-def credit(cfg: DemoConfig, task) -> tuple[list, dict]:
+def credit(cfg: DemoConfig) -> tuple[list, dict]:
     """The reward functions and the GRPOConfig settings of `cfg.credit`."""
     from ..rewards import format_reward, math_reward
     from ..tasks.arithmetic import column_step_rewards, column_steps_reward
@@ -45,25 +43,5 @@ def credit(cfg: DemoConfig, task) -> tuple[list, dict]:
 
 
 def run(cfg: DemoConfig) -> dict:
-    from ..models.tiny import make_tiny
-    from ..tasks import get_task, task_corpus
-
-    t0 = time.perf_counter()
-    out = start(cfg)
-    task = get_task("arithmetic")
-    train = task.load("train", 6000, cfg.seed)
-    test = task.load("test", cfg.eval_problems, cfg.seed)
-    rewards, settings = credit(cfg, task)  # a bad setting fails before any training
-
-    if cfg.sft_model:
-        sft_dir, sft_steps = given_model(cfg.sft_model, "sft_model"), 0
-    else:
-        base = make_tiny(out / "base", task_corpus(train), size=cfg.size, seed=cfg.seed)
-        sft_dir, sft_steps = cold_start(cfg, out, base, task, train)
-    before = held_out(cfg, task, test, sft_dir)
-    grpo_dir = train_grpo(cfg, out, sft_dir, task, train, rewards, test, **settings)
-    after = held_out(cfg, task, test, grpo_dir)
-    # each held-out problem's greedy verdict before and after, for the paired difference between arms
-    (out / "verdicts.json").write_text(json.dumps({"sft": before["correct"], "grpo": after["correct"]}))
-    return report(out, before, after, len(test), cfg, grpo_dir, time.perf_counter() - t0, sft_steps,
-                  credit=cfg.credit, sft_model=str(sft_dir))
+    rewards, settings = credit(cfg)  # a bad setting fails before any training
+    return default.run(cfg, rewards, summary={"credit": cfg.credit}, **settings)

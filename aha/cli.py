@@ -101,7 +101,7 @@ def _stage_command(name: str):
     return run
 
 
-CLI_STAGES = ("demo", "train", "sft", "eval", "sample", "dashboard")
+CLI_STAGES = ("demo", "train", "sft", "eval", "sample", "prm_labels", "prm", "dashboard")
 """Stages with a command of their own (the rest of aha.stages.STAGES run inside recipes)."""
 COMMANDS = {**{name: _stage_command(name) for name in CLI_STAGES}, "recipe": cmd_recipe, "models": cmd_models,
             "plot": cmd_plot, "examples": cmd_examples}
@@ -115,6 +115,8 @@ commands:
   sft      supervised fine-tuning        (aha sft --help)
   eval     accuracy, pass@k, maj@k       (aha eval MODEL --task NAME)
   sample   rejection sampling to JSONL   (aha sample --help)
+  prm_labels step labels for a process reward model, Math-Shepherd's way (aha prm_labels --help)
+  prm      train a process reward model  (aha prm --help; GRPO uses it with prm_model=DIR)
   recipe   multi-stage pipeline          (aha recipe RECIPE.yaml)
   models   offline model zoo             (aha models get smollm2-135m-instruct)
   plot     every metric of a run         (aha plot runs/grpo -> runs/grpo/metrics.png)

@@ -22,7 +22,7 @@ from .config.parse import check_names, check_yaml_text, did_you_mean, load_yaml,
 from .fileio import atomic_write
 from .stages import STAGES, get_stage
 
-RECIPE_STAGES = ("tiny", "sft", "grpo", "sample", "eval")
+RECIPE_STAGES = ("tiny", "sft", "grpo", "sample", "eval", "prm_labels", "prm")
 """Stage types a recipe may use (entries of aha.stages.STAGES)."""
 
 
@@ -31,15 +31,16 @@ RECIPE_KEYS = ("output_dir", "model", "eval", "stages")
 TEXT_KEYS = ("output_dir", "model")
 """Top-level keys whose `key=value` override is kept as written (`output_dir=0123` is not octal 83)."""
 
-REF_KINDS = {"model": "model", "dataset": "data file", "mix_dataset": "data file"}
+REF_KINDS = {"model": "model", "dataset": "data file", "mix_dataset": "data file", "prm_model": "process reward model"}
 """Fields that take `@stage`, and the kind of output that stage must make."""
 
 
 def _makes(kind: str) -> str:
-    """What a stage type's output is: a model, a data file, or nothing a later stage can read (eval)."""
+    """What a stage type's output is: a model, a data file, a process reward model, or nothing a later stage can
+    read (eval)."""
     if STAGES[kind].makes_model:
         return "model"
-    return "data file" if kind == "sample" else "nothing to read"
+    return STAGES[kind].reads_as or "nothing to read"
 
 
 def _refs(stage: dict) -> list[str]:
@@ -57,10 +58,13 @@ def _check_key(key: Any) -> None:
 
 
 def _check_ref_kinds(stages: list[dict]) -> None:
-    """`model: @x` names a stage that makes a model, `dataset: @x` / `mix_dataset: @x` a sample stage."""
+    """`model: @x` names a stage that makes a model, `dataset: @x` / `mix_dataset: @x` a sample or prm_labels stage,
+    `prm_model: @x` a prm stage."""
     kinds = {s["name"]: s["type"] for s in stages}
-    makers = [t for t in RECIPE_STAGES if STAGES[t].makes_model]
-    takes = {"model": f"a {', '.join(makers[:-1])} or {makers[-1]} stage", "data file": "a sample stage"}
+
+    def takes(kind: str) -> str:
+        makers = [t for t in RECIPE_STAGES if _makes(t) == kind]
+        return f"a {', '.join(makers[:-1])} or {makers[-1]} stage" if len(makers) > 1 else f"a {makers[0]} stage"
     for s in stages:
         for key, value in s.items():
             if not (isinstance(value, str) and value.startswith("@")):
@@ -68,13 +72,13 @@ def _check_ref_kinds(stages: list[dict]) -> None:
             ref = value[1:]
             if key not in REF_KINDS:
                 raise ConfigError(f"stage '{s['name']}': {key}: {value} names a stage's output, which only "
-                                  f"model, dataset and mix_dataset take")
+                                  f"{', '.join(list(REF_KINDS)[:-1])} and {list(REF_KINDS)[-1]} take")
             made, want = _makes(kinds[ref]), REF_KINDS[key]
             if made != want:
                 article = "an" if kinds[ref][0] in "aeiou" else "a"
                 makes = "makes no model" if made == "nothing to read" else f"makes a {made}"
                 raise ConfigError(f"stage '{s['name']}': {key}: {value} is {article} {kinds[ref]} stage, which "
-                                  f"{makes}; {key} takes {takes[want]}")
+                                  f"{makes}; {key} takes {takes(want)}")
 
 
 def _check_top(recipe: dict, numbers: dict[tuple, str], where: str) -> None:
@@ -165,8 +169,9 @@ def _check_inputs(recipe: dict, stages: list[dict]) -> None:
     for where, s in [("recipe", recipe)] + [(f"stage '{s['name']}'", s) for s in stages]:
         literal = {k: v for k, v in s.items() if isinstance(v, str) and not v.startswith("@")}
         try:
-            if "model" in literal and literal["model"] not in KNOWN_MODELS:  # known names convert on first use
-                resolve_model(literal["model"])
+            for key in ("model", "prm_model"):
+                if literal.get(key) and literal[key] not in KNOWN_MODELS:  # known names convert on first use
+                    resolve_model(literal[key])
             for key in ("dataset", "mix_dataset"):
                 if key in literal and not Path(literal[key]).is_file():
                     raise ValueError(f"{key} {literal[key]!r} is not a file")
@@ -177,7 +182,7 @@ def _check_inputs(recipe: dict, stages: list[dict]) -> None:
 
 
 def _output(stage_dir: Path, kind: str) -> str:
-    if kind == "sample":
+    if _makes(kind) == "data file":
         return str(stage_dir / "data.jsonl")
     return str(stage_dir if kind == "tiny" else stage_dir / "model")
 

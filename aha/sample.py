@@ -38,40 +38,69 @@ def select(texts: list[str], lengths: list[int], correct: list[bool], scores: li
     raise ValueError(f"unknown keep '{keep}'; valid: {list(KEEP)}")
 
 
-def run_sample(cfg: SampleConfig) -> dict:
-    from tqdm.auto import tqdm
-
-    from .eval import CORRECT_AT
-    from .models import load_model, load_tokenizer
-    from .rewards import score_groups
-    from .rollout import HFEngine, SamplingParams
-    from .tasks import get_task
-
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    task = get_task(cfg.task)
-    mix = load_rows(cfg.mix_dataset, prompt_column=None) if cfg.mix_dataset else []
+def task_rows(task, cfg) -> list[dict]:
+    """The prompts of a sampling stage: `cfg.split` of the task after `prompts_offset`, `num_prompts` of them
+    (0: all)."""
     rows = task.load(cfg.split)[cfg.prompts_offset:]
     rows = rows[:cfg.num_prompts] if cfg.num_prompts else rows
     if not rows:
         raise ValueError(f"no prompts left in {task.name}/{cfg.split} after offset {cfg.prompts_offset}")
+    return rows
+
+
+def load_sampler(cfg, task):
+    """(tokenizer, engine, sampling params) of a sampling stage (cfg: a GenerationConfig): cfg.model in an HFEngine
+    decoding cfg.batch_size sequences at once, with the task's generation budget unless max_new_tokens says."""
+    from .models import load_model, load_tokenizer
+    from .rollout import HFEngine, SamplingParams
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
     tok, model = load_tokenizer(cfg.model), load_model(cfg.model, cfg.dtype)
-    engine = HFEngine.for_model(model, tok, cfg.batch_size)
     params = SamplingParams(cfg.temperature, cfg.top_p, 0, cfg.max_new_tokens or task.max_completion_length)
+    return tok, HFEngine.for_model(model, tok, cfg.batch_size), params
+
+
+def sample_texts(sampler, task, prompt_ids: list[list[int]], n: int, gen, progress: bool, desc: str = "sample",
+                 heads: list[str] | None = None):
+    """n completions of each prompt, prompt-major, with their Rollout: decoded, each after its prompt's `head`
+    (text the prompt ids already end with), and cut as the task scores them."""
+    from tqdm.auto import tqdm
+    tok, engine, params = sampler
+    with tqdm(total=len(prompt_ids), desc=desc, disable=not progress) as bar:  # one call: batch_size rows at once
+        out = engine.generate(prompt_ids, n, params, gen, on_group=lambda i, r: bar.update())
+    heads = heads or [""] * len(prompt_ids)
+    texts = tok.batch_decode(out.completion_ids, skip_special_tokens=True)
+    return [task.cut(heads[i // n] + t) for i, t in enumerate(texts)], out
+
+
+def correct_flags(task, rows: list[dict], texts: list[str], n: int) -> list[bool]:
+    """Whether each of n texts per row is right by the task's correctness verifier (texts prompt-major)."""
+    from .eval import CORRECT_AT
+    from .rewards import score_groups
+    right, _ = score_groups([task.correct()], rows, texts, n)                     # [n*len(rows),1]
+    return [bool(v >= CORRECT_AT) for v in right[:, 0].tolist()]
+
+
+def run_sample(cfg: SampleConfig) -> dict:
+    from .rewards import score_groups
+    from .tasks import get_task
+
+    task = get_task(cfg.task)
+    mix = load_rows(cfg.mix_dataset, prompt_column=None) if cfg.mix_dataset else []
+    rows = task_rows(task, cfg)
+    sampler = load_sampler(cfg, task)
     gen = torch.Generator().manual_seed(cfg.seed)
-    verifier, rewards = task.correct(), task.rewards()
+    rewards = task.rewards()
     weights = torch.tensor(task.reward_weights or [1.0] * len(rewards))
     kept, per_prompt = [], []
-    prompts = [encode_prompt(tok, r["prompt"]) for r in rows]
-    with tqdm(total=len(rows), desc="sample", disable=not cfg.progress_bar) as bar:  # one call: batch_size rows
-        out = engine.generate(prompts, cfg.n, params, gen, on_group=lambda i, r: bar.update())  # at once, kept full
-    texts = [task.cut(t) for t in tok.batch_decode(out.completion_ids, skip_special_tokens=True)]  # as scored
-    right, _ = score_groups([verifier], rows, texts, cfg.n)                       # [n*len(rows),1]
+    prompts = [encode_prompt(sampler[0], r["prompt"]) for r in rows]
+    texts, out = sample_texts(sampler, task, prompts, cfg.n, gen, cfg.progress_bar)
+    right = correct_flags(task, rows, texts, cfg.n)
     values, _ = score_groups(rewards, rows, texts, cfg.n)                         # [n*len(rows),F]
     score = torch.nan_to_num(values, nan=0.0) @ weights                             # [n*len(rows)]
     for j, row in enumerate(rows):
         sl = slice(j * cfg.n, (j + 1) * cfg.n)
-        ok = [bool(v >= CORRECT_AT) for v in right[sl, 0].tolist()]
+        ok = right[sl]
         picks = select(texts[sl], [len(c) for c in out.completion_ids[sl]], ok, score[sl].tolist(), cfg.keep)
         per_prompt.append({"id": row.get("id"), "accepted": sum(ok) / cfg.n, "kept": len(picks)})
         base = {k: v for k, v in row.items() if k != "completion"}

@@ -55,10 +55,11 @@ def grpo_trainer(cfg: config.GRPOConfig):
         rewards = task.rewards()
         if cfg.reward_weights is None and task.reward_weights:  # the task's weights are part of the effective config
             cfg = dataclasses.replace(cfg, reward_weights=list(task.reward_weights))
-    elif cfg.environment:
-        rewards = []  # the environment's get_reward (the trainer refuses an environment without one)
+    elif cfg.environment or cfg.prm_model:
+        rewards = []  # the environment's get_reward (the trainer refuses an environment without one), or the PRM's
     else:
-        raise ValueError("GRPO needs reward functions: set `reward_funcs`, `task` or an `environment` with get_reward")
+        raise ValueError("GRPO needs reward functions: set `reward_funcs`, `task`, `prm_model` or an `environment` "
+                         "with get_reward")
     eval_fn = _eval_hook(task, cfg) if cfg.eval_steps else None
     return GRPOTrainer(model=cfg.model, reward_funcs=rewards, args=cfg, train_dataset=data, eval_fn=eval_fn)
 
@@ -104,6 +105,26 @@ def run_sample(cfg: config.SampleConfig) -> dict:
     return run(cfg)
 
 
+def run_prm_labels(cfg: config.PRMLabelsConfig) -> dict:
+    from .prm_labels import run_prm_labels as run
+    return run(cfg)
+
+
+def run_prm(cfg: config.PRMConfig) -> dict:
+    """A process reward model from step labels: train, save (model/, with its step separator), held-out step
+    accuracy (eval.json)."""
+    from .train.prm import PRMTrainer
+    trainer = PRMTrainer(args=cfg)
+    metrics = trainer.train()
+    path = trainer.save_model()
+    if cfg.push_to_hub:
+        metrics["hub_repo"] = trainer.push_to_hub()
+    if trainer.eval_fn:
+        metrics.update({f"eval/{k}": v for k, v in trainer.eval_fn(trainer.model, trainer.tokenizer).items()})
+        (Path(cfg.output_dir) / "eval.json").write_text(json.dumps(metrics, indent=2))
+    return {**metrics, "model_dir": str(path)}
+
+
 def run_demo(cfg: config.DemoConfig) -> dict:
     from .demo import run_demo as run
     return run(cfg)
@@ -129,6 +150,9 @@ class Stage(NamedTuple):
     """Its output is a model directory (the recipe evaluates it and hands it to the next stage)."""
     positional: str | None = None
     """A config key that a bare command-line word fills (`aha eval MODEL`)."""
+    reads_as: str | None = None
+    """What a later stage's `@name` of it reads when it makes no policy model: "data file" (its data.jsonl) or
+    "process reward model" (its model/); the kinds of aha.recipe.REF_KINDS."""
 
 
 STAGES: dict[str, Stage] = {
@@ -138,7 +162,11 @@ STAGES: dict[str, Stage] = {
     "grpo": Stage(config.GRPOConfig, run_grpo, "GRPO training (the name recipes use)", makes_model=True),
     "sft": Stage(config.SFTConfig, run_sft, "supervised fine-tuning", makes_model=True),
     "eval": Stage(config.EvalConfig, run_eval, "accuracy, pass@k, maj@k", positional="model"),
-    "sample": Stage(config.SampleConfig, run_sample, "rejection sampling to JSONL"),
+    "sample": Stage(config.SampleConfig, run_sample, "rejection sampling to JSONL", reads_as="data file"),
+    "prm_labels": Stage(config.PRMLabelsConfig, run_prm_labels, "step labels by continuations (Math-Shepherd) to JSONL",
+                        reads_as="data file"),
+    "prm": Stage(config.PRMConfig, run_prm, "a process reward model trained on step labels",
+                 reads_as="process reward model"),
     "tiny": Stage(config.TinyConfig, run_tiny, "a tiny model built in code", makes_model=True),
     "dashboard": Stage(config.DashboardConfig, run_dashboard, "the local web dashboard of runs", positional="runs"),
 }

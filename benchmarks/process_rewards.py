@@ -33,8 +33,10 @@ RUN_TIMEOUT_S = 3600
 ARMS = ("outcome", "scalar", "steps", "prm")
 PAIRS = [("scalar", "outcome"), ("steps", "scalar"), ("steps", "outcome"), ("prm", "steps"), ("prm", "scalar")]
 """(arm, baseline): the paired differences reported, arm minus baseline."""
-PRM_LABELS = ["prompts=200", "continuations=4"]
-"""`aha prm_labels` settings for a seed's PRM (kept small: each stage within minutes on one core)."""
+PRM_LABELS = ["num_prompts=300", "n=4", "num_continuations=8", 'step_separator=" "']
+"""`aha prm_labels` settings for a seed's PRM (docs/prm.md's, each stage within minutes on one core)."""
+PRM_TRAIN = ["num_train_epochs=3", "learning_rate=1e-3", "per_device_train_batch_size=32"]
+"""`aha prm` settings (docs/prm.md's)."""
 
 
 def aha(args: list[str], log: Path) -> None:
@@ -48,11 +50,11 @@ def prm_of(seed: int, out: Path, sft: Path) -> Path:
     """The seed's PRM: step labels from its cold start's own rollouts, then `aha prm` on them."""
     model = out / f"prm-seed{seed}" / "model"
     if not (model / "config.json").is_file():
-        labels = out / f"prm-seed{seed}-labels.jsonl"
-        aha(["prm_labels", f"model={sft}", "task=arithmetic", f"output={labels}", f"seed={seed}", *PRM_LABELS],
+        labels = out / f"prm_labels-seed{seed}"
+        aha(["prm_labels", f"model={sft}", "task=arithmetic", f"output_dir={labels}", f"seed={seed}", *PRM_LABELS],
             out / f"prm_labels-seed{seed}.log")
-        aha(["prm", f"model={sft}", f"dataset={labels}", f"output_dir={out / f'prm-seed{seed}'}", f"seed={seed}",
-             "progress_bar=false"], out / f"prm-seed{seed}.log")
+        aha(["prm", f"model={sft}", f"dataset={labels / 'data.jsonl'}", f"output_dir={out / f'prm-seed{seed}'}",
+             f"seed={seed}", "progress_bar=false", *PRM_TRAIN], out / f"prm-seed{seed}.log")
     return model
 
 

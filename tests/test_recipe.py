@@ -151,11 +151,12 @@ def test_done_json_is_written_atomically_and_a_torn_one_is_named(tmp_path, monke
       {"name": "cold", "type": "sft", "model": "@ev", "task": "arithmetic"}],
      r"stage 'cold': model: @ev is an eval stage, which makes no model; model takes a tiny, sft or grpo stage"),
     ([{"name": "cold", "type": "sft", "dataset": "@base"}],
-     r"stage 'cold': dataset: @base is a tiny stage, which makes a model; dataset takes a sample stage"),
+     r"stage 'cold': dataset: @base is a tiny stage, which makes a model; dataset takes a sample or prm_labels stage"),
     ([{"name": "rs", "type": "sample", "task": "arithmetic"},
       {"name": "g", "type": "grpo", "model": "@rs", "task": "arithmetic"}],
      r"stage 'g': model: @rs is a sample stage, which makes a data file; model takes a tiny, sft or grpo stage"),
-    ([{"name": "g", "type": "grpo", "task": "@base"}], r"stage 'g': task: @base .*only model, dataset and mix_dataset"),
+    ([{"name": "g", "type": "grpo", "task": "@base"}],
+     r"stage 'g': task: @base .*only model, dataset, mix_dataset and prm_model take"),
 ])
 def test_recipe_references_to_the_wrong_kind_of_output_fail_before_anything_runs(stages, msg):
     with pytest.raises(ValueError, match=msg):

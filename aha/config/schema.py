@@ -224,7 +224,8 @@ class GRPOConfig(TrainConfig):
     """token: PPO/GRPO ratios; sequence: GSPO's geometric-mean sequence ratio."""
     advantage_estimator: str = "grpo"
     """grpo (group std), dr_grpo (no std), batch (std of the centred rewards over the batch, REINFORCE++),
-    batch_rewards (std of the batch's rewards, TRL's scale_rewards=batch), rloo (leave-one-out)."""
+    batch_rewards (std of the batch's rewards, TRL's scale_rewards=batch), rloo (leave-one-out), grpo_process
+    (DeepSeekMath's process supervision: step rewards give each token its own advantage; outcome only: grpo)."""
     loss_type: str = "dapo"
     """Loss aggregation: grpo (per-sequence mean), dapo (batch token mean), dr_grpo (fixed length)."""
     mask_truncated_completions: bool = False
@@ -343,6 +344,16 @@ class GRPOConfig(TrainConfig):
     """Seconds any remote call or collective may take before the run fails naming the component."""
     max_worker_restarts: int = 3
     """Times Ray restarts a dead rollout or reward worker (its in-flight prompts are re-issued)."""
+    # A learned process reward model (aha.rewards.prm), e.g. one `aha prm` trained.
+    prm_model: str = ""
+    """A PRM (token classification, TRL's PRMTrainer format) whose P(good) of each step is one more reward function,
+    "prm", after the others: a step reward (empty: none)."""
+    prm_weight: float = 1.0
+    """The PRM's weight in the sum (reward_weights then weigh the other reward functions only)."""
+    prm_step_separator: Optional[str] = None
+    """What separates steps for the PRM (None: the step_separator in the PRM's config.json, else TRL's "\\n")."""
+    prm_batch_size: int = 16
+    """Completions per PRM forward pass (it runs without gradients on the policy's device)."""
 
     def __post_init__(self):
         super().__post_init__()
@@ -377,6 +388,9 @@ class GRPOConfig(TrainConfig):
             "dashboard_port": (lambda v: 0 <= v < 65536, "in [0, 65535] (0: any free port)"),
             "max_tool_calling_iterations": (lambda v: v is None or v >= 0, ">= 0 or null (no limit)"),
             "tool_timeout": (positive, "> 0 seconds"),
+            "prm_weight": (math.isfinite, "a finite number"),
+            "prm_batch_size": (at_least_one, ">= 1"),
+            "prm_step_separator": (lambda v: v is None or v != "", 'a non-empty string or null (the PRM\'s own)'),
         })
         if self.max_steps == 0 and self.num_train_epochs is None:
             self.max_steps = DEFAULT_GRPO_STEPS
@@ -484,6 +498,47 @@ class SFTConfig(TrainConfig):
         require_all(self, {"num_train_epochs": (finite(positive), "> 0"), "max_length": (at_least_one, ">= 1")})
 
 
+@checked
+@dataclass
+class PRMConfig(TrainConfig):
+    """A process reward model: token classification (bad/good) at each step's end, TRL's PRMTrainer format."""
+
+    output_dir: str = "runs/prm"
+    """Run directory: metrics, config, checkpoints, eval.json and the PRM (model/) go here."""
+    model: str = ""
+    """Where training starts: a causal LM checkpoint (e.g. the SFT model; a new two-label score head is fitted) or
+    a PRM."""
+    dataset: str = ""
+    """Step labels as JSONL in TRL's stepwise-supervision format: prompt (text), completions (the steps), labels."""
+    step_separator: Optional[str] = None
+    """What follows each step in the PRM's input, saved in its config.json for the reward (None: the separator the
+    labels were split by, from the stats.json `aha prm_labels` wrote beside the dataset, else TRL's "\\n")."""
+    eval_fraction: float = 0.1
+    """Share of the prompts held out (with all their rows) for the step accuracy in eval.json."""
+    eval_steps: int = 0
+    """Score the held-out steps every this many steps too (0: only at the end, into eval.json)."""
+    eval_samples: int = 0
+    """Most held-out rows scored per evaluation (0: all of them)."""
+    train_on_last_step_only: bool = False
+    """Learn the last step's label only (TRL's option); evaluation still scores every step."""
+    learning_rate: float = 1e-5
+    """Peak learning rate of AdamW (TRL's PRM default)."""
+    num_train_epochs: float = 1.0
+    """Epochs over the training rows when max_steps is 0."""
+    max_steps: int = 0
+    """Optimizer steps (0: derived from num_train_epochs)."""
+    max_length: int = 1024
+    """Longest PRM input (prompt and steps with their separators) in tokens; a longer row is an error, not cut."""
+
+    def __post_init__(self):
+        super().__post_init__()
+        require_all(self, {"num_train_epochs": (finite(positive), "> 0"), "max_length": (at_least_one, ">= 1"),
+                           "eval_fraction": (lambda v: 0 <= v < 1, "in [0, 1)"),
+                           "step_separator": (lambda v: v is None or v != "", "a non-empty string or null")})
+        if self.use_lora:
+            raise ConfigError("use_lora: PRM training fine-tunes all weights (LoRA is not supported for it)")
+
+
 
 @dataclass
 class GenerationConfig:
@@ -584,6 +639,37 @@ class SampleConfig(GenerationConfig):
 
 @checked
 @dataclass
+class PRMLabelsConfig(GenerationConfig):
+    """Step labels the Math-Shepherd way: a step is good when some continuation from it reaches the right answer."""
+
+    split: str = "train"
+    """Split to draw prompts from."""
+    temperature: float = 1.0
+    """Sampling temperature of the completions and of the continuations."""
+    num_prompts: int = 64
+    """Prompts to label (0: the whole split)."""
+    prompts_offset: int = 0
+    """Skip this many prompts first (e.g. the ones GRPO will train on)."""
+    n: int = 4
+    """Completions sampled per prompt; each distinct one becomes a labelled row."""
+    num_continuations: int = 8
+    """Continuations sampled from each step (Math-Shepherd's N): more find more good steps, and cost more."""
+    step_separator: str = "\n"
+    """What separates steps in a completion ("\\n" as TRL; " " for arithmetic, whose <think> holds column sums
+    separated by spaces; on the command line quote it: 'step_separator=" "')."""
+    output_dir: str = "runs/prm_labels"
+    """data.jsonl (TRL's stepwise-supervision rows, plus each step's share of right continuations) and stats.json."""
+
+    def __post_init__(self):
+        super().__post_init__()
+        require_all(self, {"n": (at_least_one, ">= 1"), "num_prompts": (non_negative, ">= 0"),
+                           "prompts_offset": (non_negative, ">= 0"),
+                           "num_continuations": (at_least_one, ">= 1"),
+                           "step_separator": (lambda v: v != "", "a non-empty string")})
+
+
+@checked
+@dataclass
 class TinyConfig:
     """A small Llama-layout model built in code, its tokenizer trained on a task's text."""
 
@@ -597,6 +683,8 @@ class TinyConfig:
     """Seed for the weights."""
 
 
+CREDITS = ("outcome", "scalar", "steps", "prm")
+"""`aha demo process`'s credit settings."""
 DEMO_DEFAULTS: dict[str, dict[str, Any]] = {"": {"sft_target": 0.25}, "aha": {"sft_target": 0.5}}
 """Demo variant -> its defaults of the DemoConfig fields whose default is None (an unknown variant: the first's)."""
 
@@ -655,8 +743,14 @@ class DemoConfig:
     wait_reward: float = 0.0
     """aha: weight of a reward for saying "wait" (an ablation: the hack behaviour/empty_reflection should catch)."""
     sft_model: str = ""
-    """aha: start GRPO from this cold-start model (an earlier run's sft/model) instead of training one, so arms
-    that differ only after the cold start share it."""
+    """aha, process: start GRPO from this cold-start model (an earlier run's sft/model) instead of training one,
+    so arms that differ only after the cold start share it."""
+    credit: str = "steps"
+    """process: how reward reaches tokens: outcome (answer and format only), scalar (plus the share of right column
+    sums as one number: the embedded default's rewards), steps (each column sum a step reward, grpo_process), prm
+    (a learned PRM's step scores instead of the rule, grpo_process; needs prm_model)."""
+    prm_model: str = ""
+    """process: the PRM for credit=prm (made by `aha prm_labels` then `aha prm`: docs/process_rewards.md)."""
     held_out_samples: int = 4
     """aha: completions sampled per held-out problem (temperature 1, as in training) for the sampled reflection
     rate before and after GRPO (0: greedy only)."""
@@ -672,6 +766,7 @@ class DemoConfig:
             "reflect_share": (lambda v: 0 <= v <= 1, "in [0, 1]"),
             "wait_reward": (math.isfinite, "a finite number"),
             "held_out_samples": (non_negative, ">= 0"),
+            "credit": (lambda v: v in CREDITS, f"one of {', '.join(CREDITS)}"),
             **{k: (at_least_one, ">= 1") for k in ("sft_steps", "sft_check_every", "sft_batch", "grpo_steps",
                                                     "prompts_per_step", "num_generations", "eval_problems")}})
 

@@ -60,9 +60,9 @@ def _scores(body: dict, default: list, what: str) -> list:
 
 
 def outcome_vs_process(body: dict) -> dict:
-    """Step scores [G][steps] and outcome scores [G] (default: the arithmetic task's rewards) -> each completion's
-    tokens, steps (end token, score, normalised reward) and per-token advantage under outcome and process
-    supervision, and the pool (the group's steps and outcomes) they are normalised over."""
+    """Step scores (G lists, one per step) and outcome scores (G numbers; default: the arithmetic task's rewards)
+    -> each completion's tokens, steps (end token, score, normalised reward) and per-token advantage under outcome
+    and process supervision, and the pool (the group's steps and outcomes) they are normalised over."""
     default_steps, default_outcomes, ends = _default_scores()
     steps, outcomes = _scores(body, default_steps, "steps"), _scores(body, default_outcomes, "outcomes")
     from ..rewards.steps import step_tokens

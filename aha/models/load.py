@@ -115,15 +115,16 @@ def load_tokenizer(name_or_path: str):
 
 
 def load_model(name_or_path: str, dtype: str = "float32", attn_implementation: str | None = None,
-               gradient_checkpointing: bool = False, device: str | None = None):
-    """A transformers causal LM, on `device` (default: CUDA when present, else CPU)."""
+               gradient_checkpointing: bool = False, device: str | None = None, auto_class=None, **extra):
+    """A transformers causal LM (or the model `auto_class` builds, e.g. AutoModelForTokenClassification, with
+    `extra` from_pretrained arguments), on `device` (default: CUDA when present, else CPU)."""
     from transformers import AutoModelForCausalLM
-    kwargs = {"dtype": resolve_dtype(dtype, device)}
+    kwargs = {"dtype": resolve_dtype(dtype, device), **extra}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     path = resolve(name_or_path)
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+        model = (auto_class or AutoModelForCausalLM).from_pretrained(path, **kwargs)
     except Exception as e:  # noqa: BLE001 - a damaged weights file surfaces as many exception types
         if not Path(path).is_dir():
             raise
@@ -177,6 +178,16 @@ def save_model(model, tokenizer, path: str | Path, merge_lora: bool = True) -> P
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
     return path
+
+
+def disable_dropout(model) -> None:
+    """Every dropout probability to 0 (modules and attention), so a sequence's outputs are the same on every
+    forward pass, as TRL's disable_dropout."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+        if isinstance(getattr(module, "attention_dropout", None), float):
+            module.attention_dropout = 0.0
 
 
 def weight_snapshot(model) -> dict[str, Tensor]:

@@ -27,8 +27,9 @@ from ..data import PromptTooLong, encode_prompt, load_rows
 from ..envs import Agent
 from ..envs.base import PLACEHOLDER_PROMPT
 from ..metrics import append_jsonl
-from ..models import context_length, setup_model
+from ..models import context_length, disable_dropout, setup_model
 from ..rewards import check_columns, completion_text, get_reward, reward_name, score_groups
+from ..rewards.prm import PRMReward
 from ..rollout import SamplingParams
 from ..rollout.experience import Experience, episode_inputs
 from ..rollout.turns import greedy_episodes
@@ -43,16 +44,6 @@ __all__ = ["GRPOTrainer", "GRPOBatch", "LossSums", "Learner"]
 TIME_FLOOR_S = 1e-9
 """Lower bound on a measured duration before dividing by it (a phase that did no work)."""
 COMPLETIONS_LOG = "completions.jsonl"
-
-
-def disable_dropout(model) -> None:
-    """Every dropout probability to 0 (modules and attention), so a sequence's log-probs are the same on
-    every forward pass, as TRL's disable_dropout."""
-    for module in model.modules():
-        if isinstance(module, torch.nn.Dropout):
-            module.p = 0.0
-        if isinstance(getattr(module, "attention_dropout", None), float):
-            module.attention_dropout = 0.0
 
 
 def import_reward(spec: str, what: str = "reward function") -> Callable:
@@ -142,6 +133,8 @@ class GRPOTrainer(Trainer):
         self.streaming = self.prompts.streaming
 
         self.model, self.tokenizer = setup_model(args, model, processing_class, peft_config)
+        if self.prm is not None:
+            self.prm.to(next(self.model.parameters()).device)
         if args.disable_dropout:
             disable_dropout(self.model)
         if args.sync_ref_model and hasattr(self.model, "peft_config"):
@@ -172,18 +165,23 @@ class GRPOTrainer(Trainer):
             self.pipeline = self.rollouts = self.updates = Pipeline(self.experience, self.learner)
 
     def _rewards(self, reward_funcs) -> tuple[list[Callable], torch.Tensor]:
-        """The reward functions, then each environment class's get_reward (weight 1: reward_weights weigh the
-        reward_funcs only, as TRL's), and their weights [F]."""
+        """The reward functions, then the PRM of prm_model (weight prm_weight), then each environment class's
+        get_reward (weight 1: reward_weights weigh the reward_funcs only, as TRL's), and their weights [F]."""
+        a = self.args
         given = [] if reward_funcs is None else reward_funcs if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
-        funcs = resolve_reward_funcs(given, self.args.reward_kwargs)
-        w = self.args.reward_weights or [1.0] * len(funcs)
+        funcs = resolve_reward_funcs(given, a.reward_kwargs)
+        w = a.reward_weights or [1.0] * len(funcs)
         if len(w) != len(funcs):
-            raise ValueError(f"{len(w)} reward_weights for {len(funcs)} reward functions")
+            raise ValueError(f"{len(w)} reward_weights for {len(funcs)} reward functions" + (
+                " (the PRM's weight is prm_weight, not one of them)" if a.prm_model else ""))
+        self.prm = PRMReward(a.prm_model, a.prm_step_separator, a.prm_batch_size) if a.prm_model else None
+        """The process reward model of prm_model, run on the policy's device; None without one."""
+        prm, prm_w = ([self.prm], [a.prm_weight]) if self.prm else ([], [])
         env_rewards = self.agent.rewards if self.agent is not None else []
-        if not funcs and not env_rewards:
+        if not funcs and not env_rewards and not prm:
             raise ValueError("no reward functions given" + (
                 " (and no environment defines get_reward)" if self.agent is not None else ""))
-        return funcs + env_rewards, torch.tensor(w + [1.0] * len(env_rewards), dtype=torch.float32)
+        return funcs + prm + env_rewards, torch.tensor(w + prm_w + [1.0] * len(env_rewards), dtype=torch.float32)
 
     def _training_rows(self, train_dataset):
         """The dataset; with an environment that owns its data and none given, one prompt's worth of placeholder

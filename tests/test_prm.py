@@ -187,6 +187,8 @@ def test_prm_settings_are_checked(tiny_dir, tmp_path):
         _grpo(tiny_dir, tmp_path, prm_model=str(tmp_path / "unread"), reward_weights=[1.0, 1.0])
     with pytest.raises(ConfigError, match=r"prm_batch_size must be >= 1"):
         GRPOConfig(prm_model="x", prm_batch_size=0)
+    with pytest.raises(ConfigError, match=r"prm_model runs the PRM on the learner's device.*num_reward_workers=0"):
+        GRPOConfig(prm_model="x", num_reward_workers=1)
     with pytest.raises(ConfigError, match=r"eval_fraction must be in \[0, 1\)"):
         PRMConfig(eval_fraction=1.0)
     with pytest.raises(ConfigError, match=r"use_lora"):

@@ -443,6 +443,9 @@ class GRPOConfig(TrainConfig):
         })
         if self.learner_sharding == "fsdp" and self.num_learners < 2:
             raise ConfigError("learner_sharding=fsdp shards the model over learners: set num_learners >= 2")
+        if self.prm_model and self.num_reward_workers:
+            raise ConfigError("prm_model runs the PRM on the learner's device, in the driver: set num_reward_workers=0 "
+                              "(rollout workers and learners may still run on Ray)")
         if self.max_staleness and not self.num_rollout_workers:
             raise ConfigError(f"max_staleness={self.max_staleness} overlaps generation with training, which needs "
                               "rollout workers: set num_rollout_workers >= 1 (or max_staleness=0)")

@@ -76,9 +76,15 @@ def cell(arm: str, seed: int, out: Path, extra: list[str]) -> dict:
 
 
 def seed_job(seed: int, arms: list[str], out: Path, extra: list[str]) -> list[dict]:
-    """A seed's cells in order: scalar first (it trains the cold start the others share)."""
-    return [cell(a, seed, out, extra) for a in ["scalar", *[a for a in arms if a != "scalar"]]
-            if a in arms or a == "scalar"]
+    """A seed's cells in order: scalar first (it trains the cold start the others share). Without the scalar arm
+    the grid only adds cells: it waits for another grid's scalar cell of the seed, never runs it beside that one."""
+    if "scalar" not in arms:
+        summary, t0 = out / f"scalar-seed{seed}" / "summary.json", time.monotonic()
+        while not summary.is_file():
+            if time.monotonic() - t0 > RUN_TIMEOUT_S:
+                raise TimeoutError(f"{summary} did not appear: run the scalar arm of seed {seed} first")
+            time.sleep(30)
+    return [cell(a, seed, out, extra) for a in ["scalar", *[a for a in arms if a != "scalar"]]]
 
 
 def pct_ci(v: float, ci: list) -> str:

@@ -234,3 +234,19 @@ def test_steps_scored_in_several_places_are_the_steps_scored_in_one(tiny_dir, tm
     assert torch.equal(one.rewards_per_func, joined.rewards_per_func)
     assert one.steps is not None and [sorted(s) for s in one.steps] == [sorted(s) for s in joined.steps]
     assert {j for seq in one.steps for _, _, j, _ in seq} == {0, 2}
+
+
+def test_batches_joined_keep_the_steps_of_the_parts_that_have_them():
+    """Groups scored apart (stream_rewards, dynamic sampling) are joined with GRPOBatch.cat: a group whose
+    completions wrote no step keeps the others' steps, with none of its own."""
+    from aha.train.batch import GRPOBatch
+
+    def part(steps):
+        return GRPOBatch(rows=[{"prompt": "p"}], prompt_ids=[[1], [1]], completion_ids=[[2, 3], [4]],
+                         texts=["ab", "c"], truncated=torch.zeros(2, dtype=torch.bool),
+                         rewards_per_func=torch.zeros(2, 1), rewards=torch.zeros(2), advantages=torch.zeros(2),
+                         versions=torch.zeros(2, dtype=torch.long), steps=steps)
+
+    joined = GRPOBatch.cat([part(None), part([[(1, 0, 0, 1.0)], []])])
+    assert joined.steps == [[], [], [(1, 0, 0, 1.0)], []]
+    assert GRPOBatch.cat([part(None), part(None)]).steps is None

@@ -94,6 +94,8 @@ class GRPOBatch:
         """Batches of the same group size, one after another."""
         def join(name: str):
             values = [getattr(p, name) for p in parts]
+            if name == "steps" and any(v is not None for v in values):  # a part without step rewards: none there
+                values = [[[] for _ in p.completion_ids] if v is None else v for v, p in zip(values, parts)]
             if any(v is None for v in values):
                 return None
             return torch.cat(values) if isinstance(values[0], Tensor) else [x for v in values for x in v]

@@ -342,3 +342,14 @@ def test_a_tokenizer_with_its_own_response_template_is_parsed_by_transformers(to
     assert chat.parse(ids, prefix, None) == ("Sure.", [ToolCall("add", {"a": 1})]) and calls
     bad = chat.encode("<tool_call>\n{bad}\n</tool_call><|im_end|>")
     assert "malformed tool call JSON" in chat.parse(bad, prefix, None)[1][0].error
+
+
+def test_step_rewards_on_episodes_are_refused_by_name(tiny_dir, tmp_path):
+    """Step rewards are offsets into a single completion's text: on multi-turn episodes, an error that says so."""
+    def steps_per_turn(completions, **kwargs):
+        return [[(1, 1.0)] for _ in completions]
+
+    t = GRPOTrainer(model=tiny_dir, reward_funcs=[steps_per_turn], train_dataset=CHAT_ROWS,
+                    environment_factory=CounterEnv, engine_factory=ScriptedAgentEngine, args=args(tmp_path))
+    with pytest.raises(ValueError, match=r"step rewards \(\(end, score\) pairs\) on multi-turn episodes"):
+        t.train()

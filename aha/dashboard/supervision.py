@@ -31,8 +31,8 @@ class _Pieces:
     def __init__(self, pieces):
         self.pieces = pieces
 
-    def batch_decode(self, ids, skip_special_tokens=True):
-        return ["".join(self.pieces[k] for k in seq) for seq in ids]
+    def decode(self, ids, skip_special_tokens=True):
+        return "".join(self.pieces[k] for k in ids)
 
 
 def _default_scores() -> tuple[list[list[float]], list[float], list[list[int]]]:

@@ -127,7 +127,7 @@ def main(argv=None) -> None:
     p.add_argument("--top", type=int, default=25)
     p.add_argument("--max-completion-length", type=int, default=vs_trl.MAX_COMPLETION_LENGTH,
                    help="generation budget per completion (vs_trl.py's option of the same name)")
-    p.add_argument("--micro-batch-tokens", type=int, default=vs_trl.MICRO_BATCH_TOKENS,
+    p.add_argument("--micro-batch-tokens", type=vs_trl.token_budget, default=vs_trl.MICRO_BATCH_TOKENS,
                    help="aha's max_tokens_per_micro_batch (vs_trl.py's option of the same name)")
     p.add_argument("--torch", action="store_true", help="also run torch.profiler and print its op table")
     p.add_argument("--out", help="text file for the tables (default benchmarks/results/profile_step_<fw>_<size>.txt)")

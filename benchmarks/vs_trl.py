@@ -74,8 +74,9 @@ NUM_GENERATIONS = 8
 COMPLETIONS_PER_STEP = 16
 MAX_COMPLETION_LENGTH = 64
 """Default generation budget; --max-completion-length sets it for the driver and its worker processes."""
-MICRO_BATCH_TOKENS = 0
-"""aha's max_tokens_per_micro_batch (--micro-batch-tokens): 0 = one pass over the 16 sequences, as TRL does."""
+MICRO_BATCH_TOKENS = None
+"""aha's max_tokens_per_micro_batch (--micro-batch-tokens): None (auto, aha's default) = chosen per batch by
+aha.train.passes; 0 = one pass over the 16 sequences, as TRL does."""
 WORKER_TIMEOUT_S = 7200.0
 """Longest one worker process (one framework's timing, check or curve run) may take (--worker-timeout)."""
 BF16 = False
@@ -188,6 +189,15 @@ def aha_config(out_dir: str, steps: int, lr: float, seed: int, threads: int):
         max_tokens_per_micro_batch=MICRO_BATCH_TOKENS, **ADAM)
 
 
+def token_budget(text: str) -> int | None:
+    """--micro-batch-tokens' value: 'auto' -> None (aha chooses), else an integer."""
+    return None if text == "auto" else int(text)
+
+
+def token_budget_arg(value: int | None) -> str:
+    return "auto" if value is None else str(value)
+
+
 def trl_config(out_dir: str, steps: int, lr: float, seed: int):
     """TRL's config matching aha_config. TRL's own defaults that differ and are overridden here:
     use_bias_correction_kl (True: the KL term is multiplied by the importance ratio, which is 1 in value but
@@ -257,6 +267,8 @@ def run_aha(model_dir: str, steps: int, lr: float, seed: int, threads: int, out_
             "reward": m["reward/mean"], "zero_std_frac": m["reward/zero_std_frac"],
             "completion_len": m["completion/len_mean"], "kl": m.get("kl"), "loss": m["loss"],
             "grad_norm": m["grad_norm"], "lr": m["lr"], "entropy": m.get("entropy"),
+            "pass_tokens": m.get("perf/pass_tokens"), "share_prompts": m.get("perf/share_prompts"),
+            **{k.split("/")[1]: v for k, v in m.items() if k.startswith("perf/train_") and k.endswith("_s")},
         })
     if params_out:
         save_params(trainer.model, params_out)
@@ -389,7 +401,8 @@ def spawn(framework: str, model_dir: str, steps: int, lr: float, seed: int, thre
         env["CUDA_VISIBLE_DEVICES"] = ""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", framework, "--model-dir", model_dir,
            "--steps", str(steps), "--lr", repr(lr), "--seed", str(seed), "--threads", str(threads),
-           "--max-completion-length", str(MAX_COMPLETION_LENGTH), "--micro-batch-tokens", str(MICRO_BATCH_TOKENS),
+           "--max-completion-length", str(MAX_COMPLETION_LENGTH),
+           "--micro-batch-tokens", token_budget_arg(MICRO_BATCH_TOKENS),
            "--device", DEVICE,
            "--result", str(result)] + (["--bf16"] if bf16 else []) \
         + (["--scripted", "--params-out", str(tmp / f"{tag}.pt")] if scripted else [])
@@ -524,9 +537,10 @@ def main(argv=None) -> None:
                    help="same-batch check: steps where both trainers get the same scripted completions (0: skip)")
     p.add_argument("--max-completion-length", type=int, default=MAX_COMPLETION_LENGTH,
                    help="most tokens per completion (the tiny models' context is 8,192)")
-    p.add_argument("--micro-batch-tokens", type=int, default=MICRO_BATCH_TOKENS,
-                   help="aha's max_tokens_per_micro_batch: length-sorted passes of at most this many padded tokens "
-                        "(same gradient; TRL has no equivalent and pads the 16 sequences to the longest)")
+    p.add_argument("--micro-batch-tokens", type=token_budget, default=MICRO_BATCH_TOKENS,
+                   help="aha's max_tokens_per_micro_batch: 'auto' (aha's default: chosen per batch), 0 (one pass "
+                        "of 16, as TRL pads the 16 sequences to the longest) or N (length-sorted passes of at most "
+                        "N padded tokens); the same gradient in every case")
     p.add_argument("--bf16", action="store_true",
                    help="bf16 mixed precision in both trainers (float32 weights, bf16 autocast; TRL's default is "
                         "bf16=True), for the timing and curve runs; the same-batch check stays float32")

@@ -238,9 +238,10 @@ def test_micro_batches_cut_sorted_sequences_at_the_token_budget():
     budget unless one sequence alone does, and per_device_train_batch_size still caps the count."""
     from types import SimpleNamespace
     from aha.train.learner import Learner
+    from aha.train.passes import Passes
     batch = SimpleNamespace(prompt_ids=[[1] * 4] * 6, completion_ids=[[2] * n for n in (2, 3, 6, 6, 20, 40)])
     cut = lambda size, budget: Learner.micro_batches(  # noqa: E731
-        SimpleNamespace(args=SimpleNamespace(per_device_train_batch_size=size, max_tokens_per_micro_batch=budget)),
+        SimpleNamespace(args=SimpleNamespace(per_device_train_batch_size=size), passes=Passes(budget, False)),
         batch, list(range(6)))
     assert cut(8, 0) == [[0, 1, 2, 3, 4, 5]]
     assert cut(4, 0) == [[0, 1, 2, 3], [4, 5]]
@@ -253,9 +254,10 @@ def test_micro_batches_cut_sorted_sequences_at_the_token_budget():
 def test_ranks_take_every_world_th_sequence_or_with_shared_prompts_whole_groups():
     from types import SimpleNamespace
     from aha.train.learner import Learner
+    from aha.train.passes import Passes
     every = [5, 4, 0, 1, 3, 9, 8, 11]  # sorted minibatch; groups of 4: 1, 1, 0, 0, 0, 2, 2, 2
     part = lambda share, rank: Learner._part(  # noqa: E731
-        SimpleNamespace(world=2, args=SimpleNamespace(share_prompts=share)), every, 4, rank)
+        SimpleNamespace(world=2, passes=Passes(0, share)), every, 4, rank)
     assert part(False, 0) == [5, 0, 3, 8] and part(False, 1) == [4, 1, 9, 11]
     assert part(True, 0) == [5, 4, 9, 8, 11] and part(True, 1) == [0, 1, 3]  # groups 1 and 2; group 0
 

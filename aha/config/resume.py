@@ -27,7 +27,7 @@ RESUMABLE = frozenset({
     "output_dir", "resume", "overwrite_output_dir",
     # how it runs, not what it computes: time limits, failure policy, threads, memory
     "reward_timeout", "reward_fail_steps", "on_nonfinite", "threads", "gradient_checkpointing",
-    "max_tokens_per_micro_batch", "generation_max_batch", "dist_timeout", "max_worker_restarts", "ray_address",
+    "max_tokens_per_micro_batch", "share_prompts", "generation_max_batch", "dist_timeout", "max_worker_restarts", "ray_address",
 })
 """Settings a resumed run may change. Anything else (learning_rate, weight_decay, num_generations, task, seed,
 the model, ...) shapes what the checkpoint holds or how it continues, and must stay as the run had it."""

@@ -234,20 +234,23 @@ class GRPOConfig(TrainConfig):
     skip_zero_advantage: bool = True
     """With beta=0 (and top_entropy_quantile=1), skip forward/backward for sequences whose advantage is exactly 0
     (same result)."""
-    max_tokens_per_micro_batch: int = 0
-    """0: every forward/backward pass takes per_device_train_batch_size sequences. N > 0: length-sorted
-    sequences are grouped so that no pass pads past N tokens (sequences x (longest prompt + longest
-    completion)), at most per_device_train_batch_size of them; a longer sequence goes alone. Same loss and
-    gradient (denominators count the whole minibatch); less padding and a memory bound when completion lengths
-    spread, as at reasoning lengths. Applies to the reference and old-policy passes too. One exception:
-    top_entropy_quantile < 1 takes its entropy threshold per pass (as TRL does per micro-batch), so other
-    passes give other thresholds."""
-    share_prompts: bool = False
+    max_tokens_per_micro_batch: Optional[int] = None
+    """Padded tokens per forward/backward pass. null: aha chooses per batch from its lengths and the device's
+    memory (aha.train.passes; on a CPU length-sorted passes of <= 1,024 tokens once a sequence is over 256 tokens,
+    on a GPU cut only to fit memory), and logs the rule once and each step's choice as perf/pass_tokens. 0: every
+    pass takes per_device_train_batch_size sequences. N > 0: length-sorted sequences are grouped so that no pass
+    pads past N tokens (sequences x (longest prompt + longest completion)), at most per_device_train_batch_size
+    of them; a longer sequence goes alone. Same loss and gradient (denominators count the whole minibatch); less
+    padding and a memory bound when completion lengths spread. Applies to the reference and old-policy passes
+    too. One exception: top_entropy_quantile < 1 takes its entropy threshold per pass (as TRL does per
+    micro-batch), so other passes give other thresholds."""
+    share_prompts: Optional[bool] = None
     """Run each distinct prompt once per forward/backward pass and let its completions attend to its KV cache,
     instead of once per completion: the same log-probs and gradients up to float summation order, and a GRPO
     group of G costs one prompt pass instead of G (worth most when prompts are long against completions).
     Micro-batches then hold whole groups, ordered by their longest sequence. Not with gradient_checkpointing
-    or learner_sharding=fsdp."""
+    or learner_sharding=fsdp. null: decided on the run's first batch, on if its prompt tokens are at least twice
+    its completion tokens (where those two allow it); logged, and recorded each step as perf/share_prompts."""
     log_completions_steps: int = 10
     """Log sample completions with their rewards every this many steps (0: never)."""
     num_completions_to_print: int = 2
@@ -372,7 +375,8 @@ class GRPOConfig(TrainConfig):
             "epsilon_high": (lambda v: v is None or v > 0, "> 0 or null"),
             "delta": (lambda v: v is None or v > 1, "> 1 or null"),
             "generation_max_batch": (at_least_one, ">= 1"),
-            "max_tokens_per_micro_batch": (non_negative, ">= 0 (0: per_device_train_batch_size sequences)"),
+            "max_tokens_per_micro_batch": (lambda v: v is None or v >= 0,
+                                           ">= 0 (0: per_device_train_batch_size sequences) or null (aha chooses)"),
             "log_completions_steps": (non_negative, ">= 0"),
             "num_completions_to_print": (non_negative, ">= 0"),
             "reward_timeout": (positive, "> 0 seconds"),

@@ -7,6 +7,7 @@ gradient. The single-process trainer owns one Learner; the Ray layer runs one pe
 from __future__ import annotations
 
 import copy
+import logging
 import math
 import time
 from contextlib import nullcontext
@@ -20,8 +21,10 @@ from ..config import GRPOConfig
 from .batch import GRPOBatch, LossSums
 from .logprobs import completion_logprobs
 from .loop import build_optimizer, optimizer_step
+from .passes import Passes, choose, describe, device_memory, share_prompts
 
 __all__ = ["GRPOBatch", "Learner", "LossSums"]
+log = logging.getLogger("aha.train")
 
 
 class PhaseClock:
@@ -77,6 +80,15 @@ class Learner:
         """GRPO steps applied to the weights: the version rollouts sampled with the current weights carry."""
         self.recorder = None
         """A train.records.GroupRecorder that keeps per-token values of the groups it wants, or None."""
+        device = next(model.parameters()).device
+        self.memory = device_memory(device)
+        """The device's total bytes, which the automatic passes (aha.train.passes) are sized to."""
+        self.passes = Passes(args.max_tokens_per_micro_batch or 0, bool(args.share_prompts))
+        """How the batch being trained is cut into forward/backward passes (chosen per batch by `update`)."""
+        self.share = args.share_prompts
+        """Whether passes share prompts: as set, or decided on the first batch (None until then)."""
+        if describe(args, self.memory, device) and self.rank == 0:
+            log.info("%s", describe(args, self.memory, device))
 
     # ------------------------------------------------------------------ the update
     def update(self, batch: GRPOBatch) -> tuple[LossSums, dict[str, float]]:
@@ -87,6 +99,11 @@ class Learner:
         n_tok = batch.model_tokens * keep                                            # [N] model tokens in the loss
         reused = a.num_iterations > 1 or N > mb  # a later optimizer step sees weights that moved since sampling
         clock = PhaseClock(next(self.model.parameters()).device)
+        if self.share is None:
+            self.share = share_prompts(a, batch)
+            if self.rank == 0:
+                log.info("share_prompts: %s for this run (decided on its first batch)", "on" if self.share else "off")
+        self.passes = choose(a, batch, self.model, self.memory, clock.device.type, self.share)
         old = self.frozen_logprobs(batch, reference=False) if reused else None
         clock.mark("old")
         ref = self.frozen_logprobs(batch, reference=True) if a.beta > 0 else None
@@ -126,13 +143,14 @@ class Learner:
         self.version += 1
         self.sync_reference()
         sums, metrics = self._metrics(self._gather(sums), grad_norms, skipped, trainable, ref is not None, loss_tokens)
-        return sums, {**metrics, **clock.metrics()}
+        chosen = {"perf/pass_tokens": float(self.passes.tokens), "perf/share_prompts": float(self.passes.share)}
+        return sums, {**metrics, **clock.metrics(), **chosen}
 
     def _order_key(self, batch: GRPOBatch) -> Callable[[int], tuple]:
         """Sort key of sequence i for cutting passes: its length (little padding); with share_prompts, whole
         groups first (one prompt forward each), ordered by their longest sequence."""
         seq_len = [len(p) + len(c) for p, c in zip(batch.prompt_ids, batch.completion_ids)]
-        if not self.args.share_prompts:
+        if not self.passes.share:
             return lambda i: (seq_len[i],)
         G = batch.group_size
         longest = [max(seq_len[g * G:g * G + G]) for g in range(len(seq_len) // G)]
@@ -143,15 +161,16 @@ class Learner:
         world-th group, whole, so that a prompt runs on one rank only."""
         if self.world == 1:
             return every
-        if not self.args.share_prompts:
+        if not self.passes.share:
             return every[rank::self.world]
         ours = set(list(dict.fromkeys(i // G for i in every))[rank::self.world])
         return [i for i in every if i // G in ours]
 
     def micro_batches(self, batch: GRPOBatch, ids: list[int]) -> list[list[int]]:
         """`ids` (sorted by length) cut into forward/backward passes: per_device_train_batch_size sequences each,
-        and with max_tokens_per_micro_batch no more padded tokens than that (a longer sequence goes alone)."""
-        size, budget = self.args.per_device_train_batch_size, self.args.max_tokens_per_micro_batch
+        and with a token budget (max_tokens_per_micro_batch, or aha's choice) no more padded tokens than that (a
+        longer sequence goes alone)."""
+        size, budget = self.args.per_device_train_batch_size, self.passes.tokens
         out, cur, width_p, width_c = [], [], 0, 0
         for i in ids:
             p, c = max(width_p, len(batch.prompt_ids[i])), max(width_c, len(batch.completion_ids[i]))
@@ -255,12 +274,12 @@ class Learner:
         return off + LossSums(loss=float(loss.detach()), tokens=float(mask.sum()), kl=kl_sum,
                               entropy=float((ent * mask).sum()), clip_low=float((clip["clip/low"] * mask).sum()),
                               clip_high=float((clip["clip/high"] * mask).sum()),
-                              processed=sum(map(len, {tuple(q) for q in p} if a.share_prompts else p))
+                              processed=sum(map(len, {tuple(q) for q in p} if self.passes.share else p))
                               + sum(map(len, comps)))
 
     def _logprobs(self, model, prompts, comps, with_entropy=False):
         return completion_logprobs(model, prompts, comps, self.pad_id, self.args.temperature, with_entropy,
-                                   self.args.share_prompts)
+                                   self.passes.share)
 
     @torch.no_grad()
     def frozen_logprobs(self, batch: GRPOBatch, reference: bool) -> list[Tensor]:
@@ -270,7 +289,7 @@ class Learner:
             model = self.ref_model if self.ref_model is not None else self.model
             ctx = self.model.disable_adapter() if self.is_peft else nullcontext()
         N, order = len(batch.completion_ids), range(len(batch.completion_ids))  # prompt-major: groups together
-        if self.args.max_tokens_per_micro_batch:  # sorted, so that passes under the budget pad little
+        if self.passes.tokens:  # sorted, so that passes under the budget pad little
             order = sorted(order, key=self._order_key(batch))
         out = [None] * N
         with ctx:

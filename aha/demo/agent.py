@@ -113,10 +113,11 @@ def teach_copying(model_dir: Path, steps: int, seed: int, batch: int = 64, lr: f
     model, tok = load_model(str(model_dir)), load_tokenizer(str(model_dir))
     vocab = sorted(set(range(len(tok))) - set(tok.all_special_ids))
     rng, opt, losses = random.Random(f"copy-{seed}"), torch.optim.AdamW(model.parameters(), lr=lr), []
+    device = next(model.parameters()).device
     model.train()
     for _ in range(steps):
         n = rng.randint(4, 24)
-        head = torch.tensor([rng.choices(vocab, k=n) for _ in range(batch)])
+        head = torch.tensor([rng.choices(vocab, k=n) for _ in range(batch)], device=device)
         ids = torch.cat([head, head], 1)
         logits = model(input_ids=ids).logits[:, n - 1:-1]                             # predicts the repeat
         loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), ids[:, n:].flatten())

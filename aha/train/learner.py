@@ -82,7 +82,12 @@ class Learner:
         """A train.records.GroupRecorder that keeps per-token values of the groups it wants, or None."""
         device = next(model.parameters()).device
         self.memory = device_memory(device)
-        """The device's total bytes, which the automatic passes (aha.train.passes) are sized to."""
+        """The device's total bytes, which the automatic passes (aha.train.passes) are sized to: the smallest
+        rank's, so that every rank cuts a batch alike (FSDP's collectives need as many passes on each)."""
+        if self.world > 1:
+            least = torch.tensor([float(self.memory)], dtype=torch.float64)
+            dist.all_reduce(least, op=dist.ReduceOp.MIN)
+            self.memory = int(least.item())
         self.passes = Passes(args.max_tokens_per_micro_batch or 0, bool(args.share_prompts))
         """How the batch being trained is cut into forward/backward passes (chosen per batch by `update`)."""
         self.share = args.share_prompts

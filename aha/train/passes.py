@@ -50,10 +50,11 @@ def device_memory(device: torch.device) -> int:
 def bytes_per_token(model, width: int, elem: int) -> tuple[int, int]:
     """(activation bytes per token of a pass, logit bytes per completion position) for a decoder whose
     `width`-token rows are kept for the backward in `elem`-byte floats: per layer about 8 hidden-size and 4
-    MLP-size vectors plus one attention row per head, and the logits with their gradient. On the H100 this gave
-    19 GB for 16 rows of 530 tokens of Qwen2-0.5B's shape under bf16 autocast, where the measured peak less
-    weights and optimizer state was about 19.5 GB."""
+    MLP-size vectors plus one attention row per head, and the logits with their gradient. For 16 rows of 530
+    tokens of Qwen2-0.5B's shape under bf16 autocast it estimates 19 GB; the peak measured on the H100 and the
+    H200, less weights and optimizer state, was about 19.5 GB."""
     c = getattr(model, "config", None)
+    c = getattr(c, "text_config", None) or c  # a multimodal model's language part
     get = lambda *names, default: next((getattr(c, n) for n in names if getattr(c, n, None)), default)  # noqa: E731
     hidden = get("hidden_size", "n_embd", "d_model", default=1024)
     layers = get("num_hidden_layers", "n_layer", "num_layers", default=24)

@@ -268,7 +268,8 @@ def run_aha(model_dir: str, steps: int, lr: float, seed: int, threads: int, out_
             "completion_len": m["completion/len_mean"], "kl": m.get("kl"), "loss": m["loss"],
             "grad_norm": m["grad_norm"], "lr": m["lr"], "entropy": m.get("entropy"),
             "pass_tokens": m.get("perf/pass_tokens"), "share_prompts": m.get("perf/share_prompts"),
-            **{k.split("/")[1]: v for k, v in m.items() if k.startswith("perf/train_") and k.endswith("_s")},
+            **{k[len("perf/"):]: m[k] for k in ("perf/train_old_s", "perf/train_reference_s", "perf/train_policy_s",
+                                               "perf/train_optimizer_s") if k in m},
         })
     if params_out:
         save_params(trainer.model, params_out)

@@ -51,8 +51,9 @@ def test_a_pass_that_does_not_fit_memory_is_cut_to_the_tokens_that_do():
     b = batch_of([10] * 8, [100] * 8, 4)                                    # width 110
     act, logit = 2 * (8 * 64 + 4 * 256 + 4 * 110) * 4, 2 * 1000 * 4
     assert (act, logit) == passes.bytes_per_token(m, 110, 4) == (15_808, 8_000)
-    one_pass = act * 8 * 110 + logit * 8 * 101                              # 20,375,040 bytes
+    one_pass = 20_375_040                       # 15,808 x 8 rows x 110 tokens + 8,000 x 8 rows x 101 positions
     assert passes.pass_bytes(m, b.prompt_ids, b.completion_ids, False, 4) == one_pass
+    assert passes.pass_bytes(m, b.prompt_ids, b.completion_ids, True, 4) == 15_808 * (2 * 10 + 8 * 101) + 6_464_000
     memory = 4 * one_pass - 4                                               # a quarter of it: just too small
     assert choose(args, b, m, memory, "cuda", False) == Passes(int((memory / 4) // (act + logit)), False)
     assert choose(args, b, m, 4 * one_pass, "cuda", False) == Passes(0, False)

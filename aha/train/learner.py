@@ -92,8 +92,9 @@ class Learner:
         """How the batch being trained is cut into forward/backward passes (chosen per batch by `update`)."""
         self.share = args.share_prompts
         """Whether passes share prompts: as set, or decided on the first batch (None until then)."""
-        if describe(args, self.memory, device) and self.rank == 0:
-            log.info("%s", describe(args, self.memory, device))
+        rule = describe(args, self.memory, device)
+        if rule and self.rank == 0:
+            log.info("%s", rule)
 
     # ------------------------------------------------------------------ the update
     def update(self, batch: GRPOBatch) -> tuple[LossSums, dict[str, float]]:

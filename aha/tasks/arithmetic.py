@@ -77,20 +77,56 @@ def sum_of_steps(steps: list[str]) -> int | None:
     return int(str(last) + "".join(str(v % 10) for v in reversed(rest)))
 
 
+def column_scores(text: str, a: int, b: int) -> list[float]:
+    """Each `<think>` column sum of a+b, 1.0 when it is the worked column at its place; a missing or extra step is
+    a 0.0, so padding the chain cannot raise the share. Example: 47+385 with "<think>7+5=12 4+8=12 0+3=3</think>"
+    -> [1, 0, 0]."""
+    m = re.search(r"<think>(.*?)</think>", text, re.S)
+    want, got = column_addition(a, b).split(), (m.group(1).split() if m else [])
+    return [float(i < len(got) and i < len(want) and got[i] == want[i]) for i in range(max(len(want), len(got)))]
+
+
+def answer_digit_scores(text: str, a: int, b: int) -> list[float]:
+    """The last step of a worked sum, writing the answer from the column sums: each digit of the `<answer>`,
+    compared from the right with a+b's (digit i is column i's sum mod 10; the leading one the last carry). A missing
+    or extra digit counts as wrong. Example: 47+385 with <answer>432</answer> -> [1, 1, 1]; with the last column's
+    sum written as the answer, <answer>4</answer> -> [0, 0, 0]; with <answer>431</answer> -> [0, 1, 1]."""
+    m = re.search(r"<answer>(.*?)</answer>", text, re.S)
+    want, got = str(a + b), (m.group(1).strip() if m else "")
+    return [float(i < len(got) and i < len(want) and got[-1 - i] == want[-1 - i])
+            for i in range(max(len(want), len(got)))]
+
+
+def _share(scores_of, completions, question) -> list[float]:
+    from ..rewards import completion_text
+    out = []
+    for comp, q in zip(completions, question):
+        scores = scores_of(completion_text(comp), *(int(x) for x in q.split("+")))
+        out.append(sum(scores) / len(scores))
+    return out
+
+
 def column_steps_reward(prompts, completions, question, **kwargs) -> list[float]:
     """Share of the `<think>` column sums that match the problem's own worked sum (a process check).
 
     Example: question "47+385", think "7+5=12 4+8+1=13 0+3+1=4" -> 1.0; "7+5=12 4+8=12 0+3=3" -> 1/3.
     Extra or missing steps count as wrong, so padding the chain cannot raise the share.
     """
-    from ..rewards import completion_text
-    out = []
-    for comp, q in zip(completions, question):
-        m = re.search(r"<think>(.*?)</think>", completion_text(comp), re.S)
-        a, b = (int(x) for x in q.split("+"))
-        want, got = column_addition(a, b).split(), (m.group(1).split() if m else [])
-        out.append(sum(g == w for g, w in zip(got, want)) / max(len(want), len(got)))
-    return out
+    return _share(column_scores, completions, question)
+
+
+def worked_steps_reward(prompts, completions, question, **kwargs) -> list[float]:
+    """Share of right steps over the whole worked solution: every `<think>` column sum (`column_scores`) and every
+    digit of the `<answer>` (`answer_digit_scores`). The embedded default's process term.
+
+    Why the answer's digits: with column sums alone, right sums under a wrong answer (the last column's sum
+    written as the whole answer, "<think>4+8=12 0+9+1=10</think><answer>10</answer>" for 102) scored as much as
+    the right answer, so GRPO could raise the reward without answering better. With the digits, a solution's
+    share is 1.0 only when its answer is right, and more right digits score more.
+    Example: question "47+385", think "7+5=12 4+8+1=13 0+3+1=4": answer 432 -> 6/6; answer 4 -> 3/6.
+    """
+    return _share(lambda text, a, b: column_scores(text, a, b) + answer_digit_scores(text, a, b),
+                  completions, question)
 
 
 def column_step_rewards(prompts, completions, question, **kwargs) -> list[list[tuple[int, float]] | None]:
@@ -124,7 +160,7 @@ def column_step_rewards(prompts, completions, question, **kwargs) -> list[list[t
 
 def _rewards():
     from ..rewards import format_reward, math_reward
-    return [math_reward, format_reward, column_steps_reward]
+    return [math_reward, format_reward, worked_steps_reward]
 
 
 register_task(Task(

@@ -754,7 +754,7 @@ class DemoConfig:
     so arms that differ only after the cold start share it."""
     credit: str = "steps"
     """process: how reward reaches tokens: outcome (answer and format only), scalar (plus the share of right column
-    sums as one number: the embedded default's rewards), steps (each column sum a step reward, grpo_process), prm
+    sums as one number), steps (each column sum a step reward, grpo_process), prm
     (a learned PRM's step scores instead of the rule, grpo_process; needs prm_model)."""
     prm_model: str = ""
     """process: the PRM for credit=prm (made by `aha prm_labels` then `aha prm`: docs/process_rewards.md)."""

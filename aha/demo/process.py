@@ -2,8 +2,9 @@
 reaching the tokens in one of four ways (`credit`):
 
     outcome   answer and format only (math 1.0, format 0.1)
-    scalar    plus the share of right column sums as one number per completion (weight 0.5): the embedded
-              default's own rewards, so every token of a completion gets the same push
+    scalar    plus the share of right column sums as one number per completion (weight 0.5), so every token
+              of a completion gets the same push (the embedded default also scores the answer's digits:
+              tasks.arithmetic.worked_steps_reward)
     steps     plus each column sum as a step reward (weight 0.5) under grpo_process (DeepSeekMath's process
               supervision): a wrong column lowers the tokens up to it, not the ones after
     prm       as steps, with a learned PRM's step scores (prm_model) in place of the rule
@@ -20,7 +21,7 @@ from . import default
 from .default import given_model
 
 STEP_WEIGHT = 0.5
-"""Weight of the column-sum reward in every arm that has one (the embedded default's)."""
+"""Weight of the column-sum reward in every arm that has one (the embedded default's process weight)."""
 
 
 def credit(cfg: DemoConfig) -> tuple[list, dict]:

@@ -234,21 +234,17 @@ class LayerCache:
                 and hasattr(lm.get_decoder(), "rotary_emb"))
 
     def update(self, k: Tensor, v: Tensor, layer: int, *args, **kwargs) -> tuple[Tensor, Tensor]:
-        """Writes the new columns; a decode step (one column) attends over the whole buffers (contiguous, so the
-        attention kernel reads them in place; unwritten columns are zeros and masked), a prefill over the
-        filled part."""
+        """Writes the new columns; attention reads the filled columns in place (a view of the buffers)."""
         end = self.end + k.shape[2]  # forward() made room for these columns
         self.k[layer][:, :, self.end:end] = k
         self.v[layer][:, :, self.end:end] = v
-        if k.shape[2] == 1:
-            return self.k[layer], self.v[layer]
         return self.k[layer][:, :, :end], self.v[layer][:, :, :end]
 
     def forward(self, ids: Tensor, pos: Tensor) -> Tensor:
         q, end = ids.shape[1], self.end + ids.shape[1]
         self._room(end)
-        if q == 1:  # decode: the new column is visible to every row; attention spans the buffers
-            bias = self._open()                                                  # [m,1,1,cap]
+        if q == 1:  # decode: the new column is visible to every row
+            bias = self._open()                                                  # [m,1,1,end]
         else:  # prefill: causal too; a padding query sees itself, so no row is all -inf
             bias = self.bias[:, None, None, :end]                                # [m,1,1,S]
             causal = torch.ones(q, end, dtype=torch.bool, device=ids.device).tril(end - q)
@@ -265,9 +261,9 @@ class LayerCache:
             self._resize(len(self.bias), max(end, cap + max(CACHE_CHUNK, cap // 8)))  # O(8 x filled) copies in all
 
     def _open(self) -> Tensor:
-        """A decode step's mask [m,1,1,cap]: column `end` (room made for it) visible to every row."""
+        """A decode step's mask [m,1,1,end+1]: column `end` (room made for it) visible to every row."""
         self.bias[:, self.end] = 0
-        return self.bias[:, None, None, :]
+        return self.bias[:, None, None, :self.end + 1]
 
     def _logits(self, ids: Tensor, pos: Tensor, bias: Tensor) -> Tensor:
         """The model's layers over ids [m,q] at positions pos [m,q] with additive mask bias: last logits [m,V]."""
@@ -350,8 +346,8 @@ class LayerCache:
         self._clear_tail(end)
 
     def _clear_tail(self, start: int) -> None:
-        """Columns from `start` on are unwritten and yet attended over by a decode step, so they must be masked
-        and hold no NaN (0 x NaN is NaN)."""
+        """Columns from `start` on are unwritten; GraphCache's static step attends over them, so they must be
+        masked and hold no NaN (0 x NaN is NaN)."""
         self.bias[:, start:] = self.blocked
         for x in self.k + self.v:
             x[:, :, start:].zero_()

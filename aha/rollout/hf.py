@@ -346,11 +346,8 @@ class LayerCache:
         self._clear_tail(end)
 
     def _clear_tail(self, start: int) -> None:
-        """Columns from `start` on are unwritten; GraphCache's static step attends over them, so they must be
-        masked and hold no NaN (0 x NaN is NaN)."""
+        """Columns from `start` on are unwritten: masked (attention reads only the filled ones)."""
         self.bias[:, start:] = self.blocked
-        for x in self.k + self.v:
-            x[:, :, start:].zero_()
 
 
 class Cohorts(LayerCache):
@@ -431,6 +428,12 @@ class GraphCache(LayerCache):
         self.pool = None                     # one memory pool shared by the graphs
         self.column = None                   # [1] long: the column a decode step writes
         self.bucket = 0                      # columns the step being run attends over
+
+    def _clear_tail(self, start: int) -> None:
+        """The static step attends over unwritten columns too: masked, and zeros, not NaN (0 x NaN is NaN)."""
+        super()._clear_tail(start)
+        for x in self.k + self.v:
+            x[:, :, start:].zero_()
 
     def update(self, k: Tensor, v: Tensor, layer: int, *args, **kwargs) -> tuple[Tensor, Tensor]:
         if self.column is None:  # prefill: as LayerCache

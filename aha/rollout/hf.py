@@ -81,13 +81,21 @@ def decode_attention(query: Tensor, key: Tensor, value: Tensor, bias: Tensor, sc
     products in the cache's dtype (the softmax in float32), autocast off. query [m,H,1,D], key/value [m,Hkv,S,D]
     (a group of H/Hkv query heads shares one key/value head, read once), bias [m,1,1,S]; returns [m,1,H*D] in the
     query's dtype. On CPU the batched products read a contiguous cache faster than PyTorch's SDPA kernel for one
-    query, and in bfloat16 several times faster (benchmarks/decode_step.py)."""
+    query, and in bfloat16 several times faster (benchmarks/decode_step.py). `torch.bmm` on 3-d views, as
+    `matmul` would call it, without matmul's own reshaping."""
     m, H, _, D = query.shape
+    Hkv, S = key.shape[1], key.shape[2]
     with torch.autocast(query.device.type, enabled=False):
-        q = query.reshape(m, key.shape[1], H // key.shape[1], D).to(key.dtype)             # [m,Hkv,g,D]
-        scores = torch.matmul(q, key.transpose(-1, -2)).float().mul_(scaling).add_(bias)    # [m,Hkv,g,S]
-        out = torch.matmul(scores.softmax(-1).to(value.dtype), value)                       # [m,Hkv,g,D]
-    return out.reshape(m, 1, H * D).to(query.dtype)
+        q = query.reshape(m * Hkv, H // Hkv, D)                                              # [m*Hkv,g,D]
+        q = q if q.dtype == key.dtype else q.to(key.dtype)
+        scores = torch.bmm(q, key.reshape(m * Hkv, S, D).transpose(1, 2))                    # [m*Hkv,g,S]
+        scores = scores if scores.dtype == torch.float32 else scores.float()
+        scores.mul_(scaling).view(m, Hkv, H // Hkv, S).add_(bias)
+        probs = scores.softmax(-1)
+        out = torch.bmm(probs if probs.dtype == value.dtype else probs.to(value.dtype),
+                        value.reshape(m * Hkv, S, D))                                        # [m*Hkv,g,D]
+    out = out.view(m, 1, H * D)
+    return out if out.dtype == query.dtype else out.to(query.dtype)
 
 
 def onednn_bf16() -> bool:
@@ -134,7 +142,8 @@ def sample_tokens(logits: Tensor, params: SamplingParams,
     """Next token [m] from logits [m,V]: greedy at temperature 0, else tempered top-k/top-p sampling."""
     if params.temperature == 0:
         return logits.argmax(-1)
-    logits = logits / params.temperature
+    if params.temperature != 1:  # x / 1 is x: a copy saved
+        logits = logits / params.temperature
     if 0 < params.top_k < logits.shape[-1]:
         kth = torch.topk(logits, params.top_k, dim=-1).values[:, -1:]           # [m,1]
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -216,7 +225,7 @@ class LayerCache:
         self._clear_tail(0)
         self.bias[:, :L].masked_fill_(mask.bool(), 0)                           # 0 = visible
         code = sys.modules[type(self.decoder.layers[0].self_attn).__module__]  # the model's modeling_*.py
-        self.rotate = code.apply_rotary_pos_emb
+        self.rotate_half = code.rotate_half  # as the model's apply_rotary_pos_emb uses it (`_rotary`)
         own = cfg._attn_implementation
         self.attend = code.eager_attention_forward if own == "eager" else ALL_ATTENTION_FUNCTIONS[own]
         self.packed = {} if not self.cpu_kernels else packed_weights(self.lm) if packed is None else packed
@@ -268,7 +277,7 @@ class LayerCache:
     def _logits(self, ids: Tensor, pos: Tensor, bias: Tensor) -> Tensor:
         """The model's layers over ids [m,q] at positions pos [m,q] with additive mask bias: last logits [m,V]."""
         h = self.decoder.embed_tokens(ids)                                       # [m,q,d]
-        cos, sin = self.decoder.rotary_emb(h, pos)
+        cos, sin = (x[:, None] for x in self.decoder.rotary_emb(h, pos))           # [m,1,q,D], every head's
         for i, layer in enumerate(self.decoder.layers):
             h = h + self._attention(layer.self_attn, layer.input_layernorm(h), cos, sin, bias, i)
             h = h + self._mlp(layer.mlp, layer.post_attention_layernorm(h))
@@ -278,9 +287,18 @@ class LayerCache:
         """[mod(x) for mod in mods], as one product where they are prepacked together."""
         if mods not in self.packed:
             return [m(x) for m in mods]
-        w, b, dtype, sizes = self.packed[mods]
-        out = torch.ops.mkldnn._linear_pointwise(x.to(dtype), w, b, "none", [], "")
-        return out.split(sizes, -1) if len(mods) > 1 else [out]
+        out = self._packed(x, mods)
+        return out.split(self.packed[mods][3], -1) if len(mods) > 1 else [out]
+
+    def _packed(self, x: Tensor, mods: tuple) -> Tensor:
+        """The prepacked product of `mods` (a key of self.packed): their outputs side by side."""
+        w, b, dtype, _ = self.packed[mods]
+        return torch.ops.mkldnn._linear_pointwise(x if x.dtype == dtype else x.to(dtype), w, b, "none", [], "")
+
+    def _rotary(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        """The model's rotary embedding of x [m,heads,q,D] (cos, sin [m,1,q,D]), the same operations as its
+        apply_rotary_pos_emb on one tensor."""
+        return (x * cos) + (self.rotate_half(x) * sin)
 
     def _mlp(self, mlp, x: Tensor) -> Tensor:
         """The Llama-layout MLP, down(act(gate(x)) * up(x)), through `_products`."""
@@ -290,12 +308,19 @@ class LayerCache:
     def _attention(self, attn, x: Tensor, cos: Tensor, sin: Tensor, bias: Tensor, layer: int) -> Tensor:
         """The attention block of one layer on normed input x [m,q,d], as the model's attention module runs it
         (Qwen3's per-head q/k norms included), keys and values through this cache."""
-        heads = (*x.shape[:-1], -1, attn.head_dim)                               # [m,q,H,D]
-        q, k, v = (y.view(heads) for y in self._products(x, attn.q_proj, attn.k_proj, attn.v_proj))
-        if hasattr(attn, "q_norm"):
-            q, k = attn.q_norm(q), attn.k_norm(k)
-        q, k = self.rotate(q.transpose(1, 2), k.transpose(1, 2), cos, sin)    # [m,H,q,D]
-        return self._products(self._attend(attn, q, k, v.transpose(1, 2), bias, layer), attn.o_proj)[0]
+        heads, mods = (*x.shape[:-1], -1, attn.head_dim), (attn.q_proj, attn.k_proj, attn.v_proj)  # [m,q,H,D]
+        if mods in self.packed and not hasattr(attn, "q_norm"):  # q, k, v side by side: q and k rotate as one
+            kv = attn.k_proj.out_features // attn.head_dim                       # Hkv
+            y = self._packed(x, mods).view(heads).transpose(1, 2)                # [m,H+2Hkv,q,D]
+            qk = self._rotary(y[:, :-kv], cos, sin)
+            q, k, v = qk[:, :-kv], qk[:, -kv:], y[:, -kv:]
+        else:
+            q, k, v = (y.view(heads) for y in self._products(x, *mods))
+            if hasattr(attn, "q_norm"):
+                q, k = attn.q_norm(q), attn.k_norm(k)
+            q, k, v = (self._rotary(q.transpose(1, 2), cos, sin), self._rotary(k.transpose(1, 2), cos, sin),
+                       v.transpose(1, 2))
+        return self._products(self._attend(attn, q, k, v, bias, layer), attn.o_proj)[0]
 
     def _attend(self, attn, q: Tensor, k: Tensor, v: Tensor, bias: Tensor, layer: int) -> Tensor:
         """Attention of q [m,H,q,D] over this cache, the new keys and values k, v [m,Hkv,q,D] written in: [m,q,H*D]."""
@@ -358,7 +383,7 @@ class Cohorts(LayerCache):
     two cohorts is prefilled in each."""
 
     def __init__(self, first: LayerCache):
-        for name in ("lm", "decoder", "cpu_kernels", "rotate", "attend", "packed"):  # what _logits uses
+        for name in ("lm", "decoder", "cpu_kernels", "rotate_half", "attend", "packed"):  # what _logits uses
             setattr(self, name, getattr(first, name))
         self.parts = [first]
 
@@ -569,7 +594,7 @@ class HFEngine:
             col = length[at]
             out[at, col] = new_tok
             if logp is not None:  # as the trainer computes it: log_softmax(logits / temperature)
-                scaled = logits / params.temperature if params.temperature > 0 else logits
+                scaled = logits / params.temperature if params.temperature not in (0, 1) else logits
                 logp[at, col] = scaled.log_softmax(-1).gather(-1, tok[:, None]).squeeze(-1)[live]
             length[at] = col + 1
             done[at[torch.isin(new_tok, eos)]] = True

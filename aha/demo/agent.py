@@ -33,6 +33,8 @@ MAX_ROUNDS = 3
 """Rounds of tool calls an episode may make (every task is solved in at most 2)."""
 TEMPERATURE = 1.0
 """Sampling temperature of GRPO's episodes."""
+MASK_TRUNCATED = False
+"""Leave the episodes cut by the budget (or the rounds) out of GRPO's loss (DAPO's overlong filtering)."""
 VOCAB = 1024
 """The tiny tokenizer's vocabulary: merges enough to write the tool schemas in the prompt in few tokens."""
 COPY_STEPS = 1000
@@ -155,7 +157,7 @@ def train_grpo(cfg: DemoConfig, s: dict, out: Path, sft_dir: Path, train: list[d
                       warmup_steps=5, lr_scheduler_type="cosine", num_generations=G,
                       per_device_train_batch_size=s["prompts_per_step"] * G, max_completion_length=MAX_TOKENS,
                       max_tool_calling_iterations=MAX_ROUNDS, temperature=TEMPERATURE, seed=cfg.seed,
-                      share_prompts=True,
+                      share_prompts=True, mask_truncated_completions=MASK_TRUNCATED,
                       eval_steps=s["eval_every"], log_completions_steps=0, progress_bar=cfg.progress_bar,
                       overwrite_output_dir=True)
     evaluate = lambda model, tok: {"accuracy": sum(success(model, tok, during)) / len(during)}  # noqa: E731

@@ -2,8 +2,9 @@
 
     .venv/bin/python benchmarks/agent_episodes.py runs/demo_agent --seed 0 [--show 6]
 
-Runs both models (RUN/sft/model, RUN/grpo/model) on the demo's 200 test tasks of that seed, greedy, with the
-demo's budget, and prints for each: success overall and by task family, calls per episode, how episodes ended
+Runs both models (RUN/sft/model, RUN/grpo/model) on the demo's held-out test tasks of that seed
+(--tasks, 200), greedy, with the demo's budget, and prints for each: success overall and by task family,
+calls per episode, how episodes ended
 (stop: the model ended its turn; length: the token budget), and each call outcome's count; then how many tasks
 GRPO lost and won, by family, and the first --show lost tasks' conversations.
 """
@@ -19,6 +20,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("run")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tasks", type=int, default=200, help="held-out tasks, as the demo's eval_problems")
     ap.add_argument("--show", type=int, default=6)
     ap.add_argument("--threads", type=int, default=1)
     a = ap.parse_args()
@@ -28,7 +30,7 @@ def main() -> None:
     from aha.envs.filesystem import FilesystemEnv, make_tasks
     from aha.models import load_model, load_tokenizer
     from aha.rollout.turns import greedy_episodes
-    test, res = make_tasks("test", 200, a.seed), {}
+    test, res = make_tasks("test", a.tasks, a.seed), {}
     for name in ("sft", "grpo"):
         d = f"{a.run}/{name}/model"
         out, envs = greedy_episodes(load_model(d), load_tokenizer(d), Agent(environment_factory=FilesystemEnv), test,
@@ -51,8 +53,8 @@ def main() -> None:
         for name in ("sft", "grpo"):
             e = res[name][0][i]
             turns = [(m.get("role"), (m.get("content") or "")[:60],
-                      [c["function"]["name"] + json.dumps(c["function"]["arguments"])[:70] for c in m.get("tool_calls", [])])
-                     for m in e["messages"]]
+                      [c["function"]["name"] + json.dumps(c["function"]["arguments"])[:70]
+                       for c in m.get("tool_calls", [])]) for m in e["messages"]]
             print(" ", name, e["finish"], turns)
 
 

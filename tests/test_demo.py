@@ -89,6 +89,10 @@ def test_demo_variants_are_named_after_the_command_and_their_settings_are_their_
     assert "unknown demo 'nosuch'; valid: [" in err and "'aha'" in err  # every name, listed
     assert main(["demo", "reflect_share=0.2"]) == 2  # read by `aha demo aha` only: an error, not a silent no-op
     assert "reflect_share is a setting of `aha demo aha`, not of `aha demo`" in capsys.readouterr().err
+    assert main(["demo", "grpo_temperature=0.7"]) == 2  # the agent demo's, refused elsewhere
+    assert "grpo_temperature is a setting of `aha demo agent`, not of `aha demo`" in capsys.readouterr().err
+    assert main(["demo", "agent", "grpo_temperature=0"]) == 2  # 0 would be greedy GRPO episodes: refused
+    assert "grpo_temperature" in capsys.readouterr().err
 
 
 def test_aha_demo_measures_reflection_before_and_after_and_keeps_what_the_tracker_needs(tmp_path, capsys):

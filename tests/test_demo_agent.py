@@ -28,8 +28,11 @@ def test_the_agent_demo_writes_its_summary_table_and_models(tmp_path, capsys, mo
     out = tmp_path / "demo_agent"
     assert main(["demo", "agent", f"output_dir={out}", "size=tiny", "sft_examples=48", "sft_steps=4", "sft_batch=8",
                  "sft_check_every=2", "grpo_steps=2", "prompts_per_step=2", "num_generations=2", "eval_problems=6",
-                 "eval_every=1", "eval_during=3", "progress_bar=false"]) == 0
+                 "eval_every=1", "eval_during=3", "progress_bar=false", "grpo_temperature=0.7",
+                 "grpo_mask_truncated=true"]) == 0
     summary = json.loads((out / "summary.json").read_text())
+    grpo_config = (out / "grpo" / "config.yaml").read_text()  # the demo's own settings reach GRPO
+    assert "temperature: 0.7" in grpo_config and "mask_truncated_completions: true" in grpo_config
     assert summary["grpo_steps"] == 2 and 0.0 <= summary["sft_success"] <= 1 and 0.0 <= summary["grpo_success"] <= 1
     assert summary["eval_problems"] == 6 and len(summary["gain_points_ci95"]) == 2
     assert "| SFT + GRPO |" in (out / "results.md").read_text()

@@ -761,6 +761,11 @@ class DemoConfig:
     held_out_samples: int = 4
     """aha: completions sampled per held-out problem (temperature 1, as in training) for the sampled reflection
     rate before and after GRPO (0: greedy only)."""
+    grpo_temperature: float = 1.0
+    """agent: sampling temperature of GRPO's episodes."""
+    grpo_mask_truncated: bool = False
+    """agent: leave the episodes cut by the token budget or the rounds out of GRPO's loss (DAPO's overlong
+    filtering, `mask_truncated_completions`)."""
 
     def __post_init__(self):
         if not self.output_dir:
@@ -773,6 +778,7 @@ class DemoConfig:
             "reflect_share": (lambda v: 0 <= v <= 1, "in [0, 1]"),
             "wait_reward": (math.isfinite, "a finite number"),
             "held_out_samples": (non_negative, ">= 0"),
+            "grpo_temperature": (lambda v: v > 0 and math.isfinite(v), "> 0"),
             "credit": (lambda v: v in CREDITS, f"one of {', '.join(CREDITS)}"),
             **{k: (at_least_one, ">= 1") for k in ("sft_steps", "sft_check_every", "sft_batch", "grpo_steps",
                                                     "prompts_per_step", "num_generations", "eval_problems")}})

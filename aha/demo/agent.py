@@ -31,10 +31,6 @@ MAX_TOKENS = 192
 """Episode budget (model and tool tokens after the prompt); the longest demonstration takes about 120."""
 MAX_ROUNDS = 3
 """Rounds of tool calls an episode may make (every task is solved in at most 2)."""
-TEMPERATURE = 1.0
-"""Sampling temperature of GRPO's episodes."""
-MASK_TRUNCATED = False
-"""Leave the episodes cut by the budget (or the rounds) out of GRPO's loss (DAPO's overlong filtering)."""
 VOCAB = 1024
 """The tiny tokenizer's vocabulary: merges enough to write the tool schemas in the prompt in few tokens."""
 COPY_STEPS = 1000
@@ -156,8 +152,8 @@ def train_grpo(cfg: DemoConfig, s: dict, out: Path, sft_dir: Path, train: list[d
     args = GRPOConfig(output_dir=str(out / "grpo"), learning_rate=s["grpo_lr"], max_steps=s["grpo_steps"],
                       warmup_steps=5, lr_scheduler_type="cosine", num_generations=G,
                       per_device_train_batch_size=s["prompts_per_step"] * G, max_completion_length=MAX_TOKENS,
-                      max_tool_calling_iterations=MAX_ROUNDS, temperature=TEMPERATURE, seed=cfg.seed,
-                      share_prompts=True, mask_truncated_completions=MASK_TRUNCATED,
+                      max_tool_calling_iterations=MAX_ROUNDS, temperature=cfg.grpo_temperature, seed=cfg.seed,
+                      share_prompts=True, mask_truncated_completions=cfg.grpo_mask_truncated,
                       eval_steps=s["eval_every"], log_completions_steps=0, progress_bar=cfg.progress_bar,
                       overwrite_output_dir=True)
     evaluate = lambda model, tok: {"accuracy": sum(success(model, tok, during)) / len(during)}  # noqa: E731

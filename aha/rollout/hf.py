@@ -86,16 +86,11 @@ def decode_attention(query: Tensor, key: Tensor, value: Tensor, bias: Tensor, sc
     m, H, _, D = query.shape
     Hkv, S = key.shape[1], key.shape[2]
     with torch.autocast(query.device.type, enabled=False):
-        q = query.reshape(m * Hkv, H // Hkv, D)                                              # [m*Hkv,g,D]
-        q = q if q.dtype == key.dtype else q.to(key.dtype)
-        scores = torch.bmm(q, key.reshape(m * Hkv, S, D).transpose(1, 2))                    # [m*Hkv,g,S]
-        scores = scores if scores.dtype == torch.float32 else scores.float()
+        q = query.reshape(m * Hkv, H // Hkv, D).to(key.dtype)                                # [m*Hkv,g,D]
+        scores = torch.bmm(q, key.reshape(m * Hkv, S, D).transpose(1, 2)).float()            # [m*Hkv,g,S]
         scores.mul_(scaling).view(m, Hkv, H // Hkv, S).add_(bias)
-        probs = scores.softmax(-1)
-        out = torch.bmm(probs if probs.dtype == value.dtype else probs.to(value.dtype),
-                        value.reshape(m * Hkv, S, D))                                        # [m*Hkv,g,D]
-    out = out.view(m, 1, H * D)
-    return out if out.dtype == query.dtype else out.to(query.dtype)
+        out = torch.bmm(scores.softmax(-1).to(value.dtype), value.reshape(m * Hkv, S, D))   # [m*Hkv,g,D]
+    return out.view(m, 1, H * D).to(query.dtype)
 
 
 def onednn_bf16() -> bool:
@@ -137,13 +132,17 @@ def packed_weights(lm) -> dict:
     return out
 
 
+def tempered(logits: Tensor, temperature: float) -> Tensor:
+    """logits / temperature, as the trainer scales them (temperature 0, greedy, and 1 leave them as they are)."""
+    return logits if temperature in (0, 1) else logits / temperature
+
+
 def sample_tokens(logits: Tensor, params: SamplingParams,
                   generator: torch.Generator | None = None) -> Tensor:
     """Next token [m] from logits [m,V]: greedy at temperature 0, else tempered top-k/top-p sampling."""
     if params.temperature == 0:
         return logits.argmax(-1)
-    if params.temperature != 1:  # x / 1 is x: a copy saved
-        logits = logits / params.temperature
+    logits = tempered(logits, params.temperature)
     if 0 < params.top_k < logits.shape[-1]:
         kth = torch.topk(logits, params.top_k, dim=-1).values[:, -1:]           # [m,1]
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -293,7 +292,7 @@ class LayerCache:
     def _packed(self, x: Tensor, mods: tuple) -> Tensor:
         """The prepacked product of `mods` (a key of self.packed): their outputs side by side."""
         w, b, dtype, _ = self.packed[mods]
-        return torch.ops.mkldnn._linear_pointwise(x if x.dtype == dtype else x.to(dtype), w, b, "none", [], "")
+        return torch.ops.mkldnn._linear_pointwise(x.to(dtype), w, b, "none", [], "")
 
     def _rotary(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
         """The model's rotary embedding of x [m,heads,q,D] (cos, sin [m,1,q,D]), the same operations as its
@@ -594,7 +593,7 @@ class HFEngine:
             col = length[at]
             out[at, col] = new_tok
             if logp is not None:  # as the trainer computes it: log_softmax(logits / temperature)
-                scaled = logits / params.temperature if params.temperature not in (0, 1) else logits
+                scaled = tempered(logits, params.temperature)
                 logp[at, col] = scaled.log_softmax(-1).gather(-1, tok[:, None]).squeeze(-1)[live]
             length[at] = col + 1
             done[at[torch.isin(new_tok, eos)]] = True

@@ -13,7 +13,7 @@ from aha.data.toolcalls import TOOL_TEMPLATE, ToolCall, ToolChat, parse_hermes
 from aha.envs import Agent, Toolbox
 from aha.examples.trl_agents import async_add, multiply
 from aha.rollout import SamplingParams
-from aha.rollout.turns import Episode, run_turns
+from aha.rollout.turns import Episode, run_turns, sample_episodes
 from scripted import CounterEnv, ScriptedAgentEngine
 
 
@@ -308,6 +308,19 @@ def test_an_eval_dataset_of_an_agent_is_scored_on_greedy_episodes(tiny_dir, tmp_
                     args=args(tmp_path, max_steps=1, eval_steps=1, max_completion_length=48))
     m = t.train()
     assert "eval/reward/CounterEnv/mean" in m and 0 <= m["eval/reward/mean"] <= 1
+
+
+def test_sampled_episodes_are_n_a_row_row_major_and_the_same_for_the_same_seed(tiny_dir):
+    from aha.envs.filesystem import FilesystemEnv, make_tasks
+    from aha.models import load_model, load_tokenizer
+    model, tok, rows = load_model(tiny_dir), load_tokenizer(tiny_dir), make_tasks("test", 2, seed=0)
+    agent = Agent(environment_factory=FilesystemEnv)
+    runs = [sample_episodes(model, tok, agent, rows, 24, 2, temperature=1.0, n=3, seed=s) for s in (5, 5, 6)]
+    (a, envs), (b, _), (c, _) = runs
+    assert len(a.completion_ids) == len(envs) == 6 and a.completion_ids == b.completion_ids != c.completion_ids
+    assert [e["prompt"] for e in a.episodes] == [r["prompt"] for r in rows for _ in range(3)]
+    with pytest.raises(ValueError, match="1 when greedy"):
+        sample_episodes(model, tok, agent, rows, 24, n=2)
 
 
 def test_a_demonstration_trains_the_model_turns_and_only_reads_the_tool_turns(tok):

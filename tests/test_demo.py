@@ -93,6 +93,10 @@ def test_demo_variants_are_named_after_the_command_and_their_settings_are_their_
     assert "grpo_temperature is a setting of `aha demo agent`, not of `aha demo`" in capsys.readouterr().err
     assert main(["demo", "agent", "grpo_temperature=0"]) == 2  # 0 would be greedy GRPO episodes: refused
     assert "grpo_temperature" in capsys.readouterr().err
+    assert main(["demo", "grpo_beta=0.1"]) == 2
+    assert "grpo_beta is a setting of `aha demo agent`" in capsys.readouterr().err
+    assert main(["demo", "agent", "grpo_beta=-0.1"]) == 2
+    assert "grpo_beta" in capsys.readouterr().err
 
 
 def test_aha_demo_measures_reflection_before_and_after_and_keeps_what_the_tracker_needs(tmp_path, capsys):

@@ -6,6 +6,7 @@ import math
 
 from aha.cli import main
 from aha.demo import agent
+from aha.envs.filesystem import FAMILIES
 from aha.models import load_tokenizer
 from aha.models.tiny import make_tiny
 
@@ -29,13 +30,17 @@ def test_the_agent_demo_writes_its_summary_table_and_models(tmp_path, capsys, mo
     assert main(["demo", "agent", f"output_dir={out}", "size=tiny", "sft_examples=48", "sft_steps=4", "sft_batch=8",
                  "sft_check_every=2", "grpo_steps=2", "prompts_per_step=2", "num_generations=2", "eval_problems=6",
                  "eval_every=1", "eval_during=3", "progress_bar=false", "grpo_temperature=0.7",
-                 "grpo_mask_truncated=true"]) == 0
+                 "grpo_mask_truncated=true", "grpo_beta=0"]) == 0
     summary = json.loads((out / "summary.json").read_text())
     grpo_config = (out / "grpo" / "config.yaml").read_text()  # the demo's own settings reach GRPO
     assert "temperature: 0.7" in grpo_config and "mask_truncated_completions: true" in grpo_config
+    assert "beta: 0.0" in grpo_config
     assert summary["grpo_steps"] == 2 and 0.0 <= summary["sft_success"] <= 1 and 0.0 <= summary["grpo_success"] <= 1
     assert summary["eval_problems"] == 6 and len(summary["gain_points_ci95"]) == 2
-    assert "| SFT + GRPO |" in (out / "results.md").read_text()
+    assert summary["sampled_episodes_per_task"] == 4 and summary["sampled_temperature"] == 0.7
+    assert 0.0 <= summary["sft_sampled_success"] <= 1 and len(summary["sampled_gain_points_ci95"]) == 2
+    assert set(summary["greedy_success_by_family"]) <= set(FAMILIES)
+    assert "| SFT + GRPO |" in (out / "results.md").read_text() and "sampled" in (out / "results.md").read_text()
     assert (out / "grpo" / "model" / "config.json").is_file() and (out / "sft" / "model" / "config.json").is_file()
     metrics = [json.loads(line) for line in (out / "grpo" / "metrics.jsonl").read_text().splitlines()]
     assert metrics[-1]["step"] == 2 and "reward/FilesystemEnv/mean" in metrics[-1] and "eval/accuracy" in metrics[-1]
@@ -43,3 +48,24 @@ def test_the_agent_demo_writes_its_summary_table_and_models(tmp_path, capsys, mo
         out / "grpo" / "groups.jsonl").exists() else []
     assert all("turns" in c for g in groups for c in g["completions"])
     assert "aha dashboard" in capsys.readouterr().out
+    again = tmp_path / "again"  # GRPO again from that cold start: no SFT step, greedy only, with a KL penalty
+    assert main(["demo", "agent", f"output_dir={again}", f"sft_model={out / 'sft' / 'model'}", "size=tiny",
+                 "sft_examples=48", "grpo_steps=1", "prompts_per_step=2", "num_generations=2", "eval_problems=6",
+                 "eval_during=3", "progress_bar=false", "held_out_samples=0", "grpo_beta=0.04"]) == 0
+    second = json.loads((again / "summary.json").read_text())
+    assert second["sft_steps"] == 0 and second["sft_success"] == summary["sft_success"]  # the same model, greedy
+    assert "beta: 0.04" in (again / "grpo" / "config.yaml").read_text() and "sampled_gain_points" not in second
+    assert not (again / "sft").exists() and not (again / "base").exists()
+
+
+def test_the_report_gives_greedy_and_sampled_gains_paired_by_task_and_greedy_success_by_family():
+    families = ["copy", "copy", "mkdir", "mkdir"]
+    before = {"greedy": [1.0, 0.0, 0.0, 1.0], "sampled": [0.5, 0.25, 0.0, 1.0], "family": families}
+    after = {"greedy": [1.0, 1.0, 0.0, 0.0], "sampled": [0.75, 0.5, 0.25, 1.0], "family": families}
+    summary, table = agent.report(before, after, seed=0, temperature=1.0, samples=4)
+    assert summary["sft_success"] == 0.5 and summary["grpo_success"] == 0.5 and summary["gain_points"] == 0.0
+    assert summary["sft_sampled_success"] == 0.4375 and summary["sampled_gain_points"] == 18.75
+    lo, hi = summary["sampled_gain_points_ci95"]
+    assert 0 < lo <= 18.75 <= hi and summary["sampled_gain_significant"]  # every task's sampled success rose or held
+    assert summary["greedy_success_by_family"] == {"copy": [0.5, 1.0], "mkdir": [0.5, 0.0]}
+    assert "copy 50% -> 100%" in table and "mkdir 50% -> 0%" in table

@@ -750,7 +750,7 @@ class DemoConfig:
     wait_reward: float = 0.0
     """aha: weight of a reward for saying "wait" (an ablation: the hack behaviour/empty_reflection should catch)."""
     sft_model: str = ""
-    """aha, process: start GRPO from this cold-start model (an earlier run's sft/model) instead of training one,
+    """aha, process, agent: start GRPO from this cold-start model (an earlier run's sft/model) instead of training one,
     so arms that differ only after the cold start share it."""
     credit: str = "steps"
     """process: how reward reaches tokens: outcome (answer and format only), scalar (plus the share of right column
@@ -760,12 +760,17 @@ class DemoConfig:
     """process: the PRM for credit=prm (made by `aha prm_labels` then `aha prm`: docs/process_rewards.md)."""
     held_out_samples: int = 4
     """aha: completions sampled per held-out problem (temperature 1, as in training) for the sampled reflection
-    rate before and after GRPO (0: greedy only)."""
+    rate before and after GRPO; agent: episodes sampled per held-out task (at grpo_temperature) for the sampled
+    success before and after (0: greedy only)."""
     grpo_temperature: float = 1.0
     """agent: sampling temperature of GRPO's episodes."""
     grpo_mask_truncated: bool = False
     """agent: leave the episodes cut by the token budget or the rounds out of GRPO's loss (DAPO's overlong
     filtering, `mask_truncated_completions`)."""
+    grpo_beta: float = 0.04
+    """agent: weight of GRPO's KL penalty to the cold start (GRPOConfig.beta: 0.04 is DeepSeekMath's; 0, TRL's
+    default, keeps no reference model). On seeds 0-2, 0 gave gains of -5.0, +14.5, -0.5 points and 0.04 gave
+    +0.5, +13.5, +7.5 (BENCHMARKS.md, Agents)."""
 
     def __post_init__(self):
         if not self.output_dir:
@@ -779,6 +784,7 @@ class DemoConfig:
             "wait_reward": (math.isfinite, "a finite number"),
             "held_out_samples": (non_negative, ">= 0"),
             "grpo_temperature": (lambda v: v > 0 and math.isfinite(v), "> 0"),
+            "grpo_beta": (lambda v: v >= 0 and math.isfinite(v), ">= 0"),
             "credit": (lambda v: v in CREDITS, f"one of {', '.join(CREDITS)}"),
             **{k: (at_least_one, ">= 1") for k in ("sft_steps", "sft_check_every", "sft_batch", "grpo_steps",
                                                     "prompts_per_step", "num_generations", "eval_problems")}})

@@ -7,7 +7,10 @@ demonstrations (whole tool-calling conversations rendered by aha's tool template
 tasks reaches sft_target
 -> GRPO from that model with TRL's contract (environment_factory=FilesystemEnv, whose get_reward is the reward:
 the final tree equals the reference) -> held-out greedy task success before and after, on test tasks (split by
-hash) that neither stage saw, with the paired gain's bootstrap interval.
+hash) that neither stage saw, with the paired gain's bootstrap interval; and success over episodes
+sampled at the GRPO temperature (the policy GRPO trains; held_out_samples episodes a task), before and after,
+with its paired interval. `sft_model=RUN/sft/model` starts GRPO from an earlier run's cold start (the same seed's
+is the same model on one machine), so arms that differ only in GRPO share it and skip its minutes.
 
 The variant reads DemoConfig's shared fields; those left at their defaults (which suit the arithmetic demo) take
 the values in AGENT_DEFAULTS instead.
@@ -19,7 +22,7 @@ import time
 from pathlib import Path
 
 from ..config import DemoConfig
-from .default import StopAtAccuracy, finish, start
+from .default import StopAtAccuracy, finish, given_model, start
 
 AGENT_DEFAULTS = {"sft_examples": 8000, "sft_steps": 1000, "sft_target": 0.3, "sft_check_every": 50, "sft_lr": 3e-3,
                   "sft_batch": 32, "grpo_steps": 60, "grpo_lr": 5e-4, "prompts_per_step": 16, "num_generations": 8,
@@ -27,6 +30,8 @@ AGENT_DEFAULTS = {"sft_examples": 8000, "sft_steps": 1000, "sft_target": 0.3, "s
 """This demo's settings where DemoConfig's are left at their defaults."""
 DEV_TASKS = 100
 """Train-split tasks held back from SFT and GRPO to decide when the cold start is done."""
+GRPO_TASKS = 4000
+"""Train-split tasks GRPO draws its prompts from (60 steps of 16 draw 960 of them, none twice)."""
 MAX_TOKENS = 192
 """Episode budget (model and tool tokens after the prompt); the longest demonstration takes about 120."""
 MAX_ROUNDS = 3
@@ -59,30 +64,44 @@ def demonstration(chat, schemas: list, row: dict) -> dict:
     return chat.demonstration(messages, len(row["prompt"]), schemas)
 
 
-def success(model, tokenizer, rows: list[dict]) -> list[float]:
-    """Greedy held-out episodes: 1.0 for each task whose final tree equals the reference."""
+def success(model, tokenizer, rows: list[dict], temperature: float = 0.0, n: int = 1, seed: int = 0) -> list[float]:
+    """Each task's success: the share of its n episodes (one greedy one by default) whose final tree equals the
+    reference."""
     from ..envs import Agent
     from ..envs.filesystem import FilesystemEnv
-    from ..rollout.turns import greedy_episodes
-    _, envs = greedy_episodes(model, tokenizer, Agent(environment_factory=FilesystemEnv), rows, MAX_TOKENS, MAX_ROUNDS)
-    return [e.get_reward() for e in envs]
+    from ..rollout.turns import sample_episodes
+    _, envs = sample_episodes(model, tokenizer, Agent(environment_factory=FilesystemEnv), rows, MAX_TOKENS,
+                              MAX_ROUNDS, temperature=temperature, n=n, seed=seed)
+    scores = [e.get_reward() for e in envs]
+    return [sum(scores[i * n:(i + 1) * n]) / n for i in range(len(rows))]
 
 
 def run(cfg: DemoConfig) -> dict:
-    from ..envs.filesystem import make_tasks
     t0, s = time.perf_counter(), settings(cfg)
     out = start(cfg)
-    train = make_tasks("train", s["sft_examples"] + DEV_TASKS + 4000, cfg.seed)
-    test = make_tasks("test", s["eval_problems"], cfg.seed)
-    base, demos = build_model(cfg, out, train[:s["sft_examples"]])
-    sft_dir, sft_steps = cold_start(cfg, s, out, base, demos, train[s["sft_examples"]:s["sft_examples"] + DEV_TASKS])
-    before = held_out(sft_dir, test)
-    grpo_dir = train_grpo(cfg, s, out, sft_dir, train[s["sft_examples"] + DEV_TASKS:], test[:s["eval_during"]])
-    after = held_out(grpo_dir, test)
-    summary, table = report(before, after, cfg.seed)
-    summary.update({"sft_steps": sft_steps, "grpo_steps": s["grpo_steps"], "eval_problems": len(test),
+    demos_rows, dev, grpo_rows, test = tasks(cfg, s)
+    if cfg.sft_model:
+        sft_dir, sft_steps = given_model(cfg.sft_model, "sft_model"), 0
+    else:
+        base, demos = build_model(cfg, out, demos_rows)
+        sft_dir, sft_steps = cold_start(cfg, s, out, base, demos, dev)
+    before = held_out(sft_dir, test, cfg)
+    grpo_dir = train_grpo(cfg, s, out, sft_dir, grpo_rows, test[:s["eval_during"]])
+    after = held_out(grpo_dir, test, cfg)
+    summary, table = report(before, after, cfg.seed, cfg.grpo_temperature, cfg.held_out_samples)
+    summary.update({"sft_steps": sft_steps, "sft_model": str(sft_dir), "grpo_steps": s["grpo_steps"],
+                    "grpo_beta": cfg.grpo_beta, "eval_problems": len(test),
                     "seconds": round(time.perf_counter() - t0, 1), "model_dir": str(grpo_dir)})
     return finish(out, summary, table)
+
+
+def tasks(cfg: DemoConfig, s: dict) -> tuple[list[dict], list[dict], list[dict], list[dict]]:
+    """The seed's tasks: the SFT demonstrations', the dev tasks that end the cold start, GRPO's (train split), and
+    the held-out test tasks."""
+    from ..envs.filesystem import make_tasks
+    n = s["sft_examples"]
+    train = make_tasks("train", n + DEV_TASKS + GRPO_TASKS, cfg.seed)
+    return train[:n], train[n:n + DEV_TASKS], train[n + DEV_TASKS:], make_tasks("test", s["eval_problems"], cfg.seed)
 
 
 def build_model(cfg: DemoConfig, out: Path, rows: list[dict]) -> tuple[Path, list[dict]]:
@@ -144,43 +163,68 @@ def cold_start(cfg: DemoConfig, s: dict, out: Path, base: Path, demos: list[dict
     return sft.save_model(), sft.step_count
 
 
-def train_grpo(cfg: DemoConfig, s: dict, out: Path, sft_dir: Path, train: list[dict], during: list[dict]) -> Path:
-    """GRPO with TRL's environment contract: FilesystemEnv's get_reward is the reward."""
+def train_grpo(cfg: DemoConfig, s: dict, out: Path, sft_dir: Path, train: list[dict], during: list[dict],
+               environment=None, **overrides) -> Path:
+    """GRPO with TRL's contract: the environment's get_reward is the reward (FilesystemEnv's, unless another
+    environment class is given); `overrides` replace GRPOConfig settings (benchmarks/agent_grpo.py)."""
     from .. import GRPOConfig, GRPOTrainer
     from ..envs.filesystem import FilesystemEnv
     G = s["num_generations"]
-    args = GRPOConfig(output_dir=str(out / "grpo"), learning_rate=s["grpo_lr"], max_steps=s["grpo_steps"],
-                      warmup_steps=5, lr_scheduler_type="cosine", num_generations=G,
-                      per_device_train_batch_size=s["prompts_per_step"] * G, max_completion_length=MAX_TOKENS,
-                      max_tool_calling_iterations=MAX_ROUNDS, temperature=cfg.grpo_temperature, seed=cfg.seed,
-                      share_prompts=True, mask_truncated_completions=cfg.grpo_mask_truncated,
-                      eval_steps=s["eval_every"], log_completions_steps=0, progress_bar=cfg.progress_bar,
-                      overwrite_output_dir=True)
+    settings_ = dict(output_dir=str(out / "grpo"), learning_rate=s["grpo_lr"], max_steps=s["grpo_steps"],
+                     warmup_steps=5, lr_scheduler_type="cosine", num_generations=G,
+                     per_device_train_batch_size=s["prompts_per_step"] * G, max_completion_length=MAX_TOKENS,
+                     max_tool_calling_iterations=MAX_ROUNDS, temperature=cfg.grpo_temperature, seed=cfg.seed,
+                     share_prompts=True, mask_truncated_completions=cfg.grpo_mask_truncated, beta=cfg.grpo_beta,
+                     eval_steps=s["eval_every"], log_completions_steps=0, progress_bar=cfg.progress_bar,
+                     overwrite_output_dir=True)
     evaluate = lambda model, tok: {"accuracy": sum(success(model, tok, during)) / len(during)}  # noqa: E731
-    trainer = GRPOTrainer(model=str(sft_dir), args=args, train_dataset=[{k: r[k] for k in ("prompt", "fs", "id")}
-                                                                         for r in train],
-                          environment_factory=FilesystemEnv, eval_fn=evaluate)
+    trainer = GRPOTrainer(model=str(sft_dir), args=GRPOConfig(**{**settings_, **overrides}),
+                          train_dataset=[{k: r[k] for k in ("prompt", "fs", "id")} for r in train],
+                          environment_factory=environment or FilesystemEnv, eval_fn=evaluate)
     trainer.train()
     return trainer.save_model()
 
 
-def held_out(model_dir: Path, test: list[dict]) -> dict:
+def held_out(model_dir: Path, test: list[dict], cfg: DemoConfig) -> dict:
+    """Each test task's greedy success, and its success over held_out_samples episodes at the GRPO temperature."""
     from ..models import load_model, load_tokenizer
-    from ..stats import wilson
-    correct = success(load_model(str(model_dir)), load_tokenizer(str(model_dir)), test)
-    return {"accuracy": sum(correct) / len(correct), "accuracy_ci95": list(wilson(int(sum(correct)), len(correct))),
-            "correct": correct}
+    model, tokenizer = load_model(str(model_dir)), load_tokenizer(str(model_dir))
+    k = cfg.held_out_samples
+    return {"greedy": success(model, tokenizer, test), "family": [r["family"] for r in test],
+            "sampled": success(model, tokenizer, test, cfg.grpo_temperature, k, cfg.seed) if k else None}
 
 
-def report(before: dict, after: dict, seed: int) -> tuple[dict, str]:
-    from ..stats import is_gain, paired_gain
-    gain, ci = paired_gain(before["correct"], after["correct"], seed=seed)
-    summary = {"sft_success": before["accuracy"], "sft_success_ci95": before["accuracy_ci95"],
-               "grpo_success": after["accuracy"], "grpo_success_ci95": after["accuracy_ci95"],
-               "gain_points": 100 * gain, "gain_points_ci95": [100 * ci[0], 100 * ci[1]], "gain_significant": is_gain(ci)}
-    row = lambda r: f"{r['accuracy']:.1%} [{r['accuracy_ci95'][0]:.1%}, {r['accuracy_ci95'][1]:.1%}]"  # noqa: E731
-    table = (f"| model | held-out task success (virtual filesystem) [95% CI] |\n|---|---|\n"
-             f"| SFT (cold start on demonstrations) | {row(before)} |\n| SFT + GRPO | {row(after)} |\n\n"
-             f"GRPO gain: {100 * gain:+.1f} points, paired bootstrap 95% CI [{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}] "
-             f"over {len(before['correct'])} tasks{'' if is_gain(ci) else ' (inside the noise: not a gain)'}\n")
+def report(before: dict, after: dict, seed: int, temperature: float, samples: int) -> tuple[dict, str]:
+    """The summary (greedy success, the headline, with Wilson intervals; with `samples` episodes a task, sampled
+    success too, with bootstrap intervals over tasks; each gain paired by task) and its results table."""
+    from ..stats import bootstrap, is_gain, paired_gain, wilson
+    kinds = [("greedy", "success", "", lambda x: wilson(int(sum(x)), len(x)))]
+    if samples:
+        kinds.append(("sampled", "sampled_success", "sampled_", lambda x: bootstrap(x, seed=seed)))
+    summary, lines = {"sampled_episodes_per_task": samples, "sampled_temperature": temperature}, []
+    head, rows = "| model | held-out task success, greedy [95% CI] |", {"sft": "", "grpo": ""}
+    for kind, key, prefix, interval in kinds:
+        gain, ci = paired_gain(before[kind], after[kind], seed=seed)
+        for stage, r in (("sft", before), ("grpo", after)):
+            value, (lo, hi) = sum(r[kind]) / len(r[kind]), interval(r[kind])
+            summary.update({f"{stage}_{key}": value, f"{stage}_{key}_ci95": [lo, hi]})
+            rows[stage] += f" {value:.1%} [{lo:.1%}, {hi:.1%}] |"
+        summary.update({f"{prefix}gain_points": 100 * gain, f"{prefix}gain_points_ci95": [100 * ci[0], 100 * ci[1]],
+                        f"{prefix}gain_significant": is_gain(ci)})
+        lines.append(f"GRPO gain, {kind}: {100 * gain:+.1f} points, paired bootstrap 95% CI [{100 * ci[0]:+.1f}, "
+                     f"{100 * ci[1]:+.1f}] over {len(before[kind])} tasks{'' if is_gain(ci) else ' (not a gain)'}")
+    if samples:
+        head += f" sampled: {samples} episodes a task at temperature {temperature:g} [95% CI] |"
+    summary["greedy_success_by_family"] = {f: [mean_of(r["greedy"], r["family"], f) for r in (before, after)]
+                                           for f in sorted(set(before["family"]))}
+    table = (f"{head}\n|{'---|' * head.count(' |')}\n| SFT (cold start on demonstrations) |{rows['sft']}\n"
+             f"| SFT + GRPO |{rows['grpo']}\n\n" + "\n".join(lines) + "\n\nGreedy success by task family, SFT -> "
+             "SFT + GRPO: " + ", ".join(f"{f} {a:.0%} -> {b:.0%}" for f, (a, b) in
+                                         summary["greedy_success_by_family"].items()) + "\n")
     return summary, table
+
+
+def mean_of(values: list[float], labels: list[str], label: str) -> float:
+    """The mean of the values whose label is `label`."""
+    mine = [v for v, x in zip(values, labels) if x == label]
+    return sum(mine) / len(mine)

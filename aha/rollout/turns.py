@@ -118,12 +118,24 @@ def greedy_episodes(model, tokenizer, agent, rows: list[dict], max_new_tokens: i
                     template_kwargs: dict | None = None, max_batch: int = 256) -> tuple[Rollout, list]:
     """One greedy episode per row (held-out evaluation of an agent): the Rollout and each episode's environment,
     whose state (get_reward) says whether it succeeded."""
+    return sample_episodes(model, tokenizer, agent, rows, max_new_tokens, max_rounds, template_kwargs, max_batch)
+
+
+def sample_episodes(model, tokenizer, agent, rows: list[dict], max_new_tokens: int, max_rounds: int | None = None,
+                    template_kwargs: dict | None = None, max_batch: int = 256, temperature: float = 0.0, n: int = 1,
+                    seed: int = 0) -> tuple[Rollout, list]:
+    """n episodes per row (row-major) at `temperature` (0: greedy, and n must be 1), sampled with a generator seeded
+    by `seed`: the Rollout and each episode's environment (get_reward says whether it succeeded)."""
     from .hf import HFEngine
-    chat, names = ToolChat(tokenizer, template_kwargs), [agent.environment_name(r) for r in rows]
+    if n < 1 or temperature == 0 and n != 1:
+        raise ValueError(f"n={n} episodes per row at temperature {temperature}: n must be >= 1, and 1 when greedy")
+    chat, names = ToolChat(tokenizer, template_kwargs), [agent.environment_name(r) for r in rows for _ in range(n)]
     envs, episodes = agent.environments(names), []
-    for env, name, row in zip(envs, names, rows):
+    for env, name, row in zip(envs, names, [r for r in rows for _ in range(n)]):
         prompt = agent.reset(env, row)
         episodes.append(Episode(prompt, chat.prompt_ids(prompt, agent.schemas[name]), agent.toolbox(env, name)))
     engine = HFEngine.for_model(model, tokenizer, max_batch)
-    out = run_turns(engine, chat, episodes, 1, SamplingParams(0.0, 1.0, 0, max_new_tokens), None, max_rounds)
+    generator = torch.Generator().manual_seed(seed) if temperature > 0 else None
+    out = run_turns(engine, chat, episodes, n, SamplingParams(temperature, 1.0, 0, max_new_tokens), generator,
+                    max_rounds)
     return out, envs

@@ -163,24 +163,22 @@ def cold_start(cfg: DemoConfig, s: dict, out: Path, base: Path, demos: list[dict
     return sft.save_model(), sft.step_count
 
 
-def train_grpo(cfg: DemoConfig, s: dict, out: Path, sft_dir: Path, train: list[dict], during: list[dict],
-               environment=None, **overrides) -> Path:
-    """GRPO with TRL's contract: the environment's get_reward is the reward (FilesystemEnv's, unless another
-    environment class is given); `overrides` replace GRPOConfig settings (benchmarks/agent_grpo.py)."""
+def train_grpo(cfg: DemoConfig, s: dict, out: Path, sft_dir: Path, train: list[dict], during: list[dict]) -> Path:
+    """GRPO with TRL's environment contract: FilesystemEnv's get_reward is the reward."""
     from .. import GRPOConfig, GRPOTrainer
     from ..envs.filesystem import FilesystemEnv
     G = s["num_generations"]
-    settings_ = dict(output_dir=str(out / "grpo"), learning_rate=s["grpo_lr"], max_steps=s["grpo_steps"],
-                     warmup_steps=5, lr_scheduler_type="cosine", num_generations=G,
-                     per_device_train_batch_size=s["prompts_per_step"] * G, max_completion_length=MAX_TOKENS,
-                     max_tool_calling_iterations=MAX_ROUNDS, temperature=cfg.grpo_temperature, seed=cfg.seed,
-                     share_prompts=True, mask_truncated_completions=cfg.grpo_mask_truncated, beta=cfg.grpo_beta,
-                     eval_steps=s["eval_every"], log_completions_steps=0, progress_bar=cfg.progress_bar,
-                     overwrite_output_dir=True)
+    args = GRPOConfig(output_dir=str(out / "grpo"), learning_rate=s["grpo_lr"], max_steps=s["grpo_steps"],
+                      warmup_steps=5, lr_scheduler_type="cosine", num_generations=G,
+                      per_device_train_batch_size=s["prompts_per_step"] * G, max_completion_length=MAX_TOKENS,
+                      max_tool_calling_iterations=MAX_ROUNDS, temperature=cfg.grpo_temperature, seed=cfg.seed,
+                      share_prompts=True, mask_truncated_completions=cfg.grpo_mask_truncated, beta=cfg.grpo_beta,
+                      eval_steps=s["eval_every"], log_completions_steps=0, progress_bar=cfg.progress_bar,
+                      overwrite_output_dir=True)
     evaluate = lambda model, tok: {"accuracy": sum(success(model, tok, during)) / len(during)}  # noqa: E731
-    trainer = GRPOTrainer(model=str(sft_dir), args=GRPOConfig(**{**settings_, **overrides}),
-                          train_dataset=[{k: r[k] for k in ("prompt", "fs", "id")} for r in train],
-                          environment_factory=environment or FilesystemEnv, eval_fn=evaluate)
+    trainer = GRPOTrainer(model=str(sft_dir), args=args, train_dataset=[{k: r[k] for k in ("prompt", "fs", "id")}
+                                                                         for r in train],
+                          environment_factory=FilesystemEnv, eval_fn=evaluate)
     trainer.train()
     return trainer.save_model()
 

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from aha.cli import main
 
 
@@ -149,3 +151,13 @@ def test_process_demo_arms_share_a_cold_start_and_record_their_credit(tmp_path):
     assert "advantage_estimator: grpo\n" in (tmp_path / "out" / "grpo" / "config.yaml").read_text()
     assert main(["demo", "process", "credit=prm", f"output_dir={tmp_path / 'prm'}", *small]) == 2
     assert main(["demo", "process", "credit=magic", f"output_dir={tmp_path / 'bad'}", *small]) == 2
+
+
+def test_the_agent_demo_uses_two_threads_unless_told_and_the_others_one():
+    from aha.config import ConfigError, DemoConfig
+    assert DemoConfig(variant="agent").threads == 2 and DemoConfig(variant="agent", threads=1).threads == 1
+    assert DemoConfig().threads == DemoConfig(variant="aha").threads == DemoConfig(variant="process").threads == 1
+    assert DemoConfig(variant="agent").sft_target == 0.3
+    assert DemoConfig(variant="agent", sft_target=0.25).sft_target == 0.25
+    with pytest.raises(ConfigError, match="threads must be >= 1"):
+        DemoConfig(threads=0)

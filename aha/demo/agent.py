@@ -24,7 +24,7 @@ from pathlib import Path
 from ..config import DemoConfig
 from .default import StopAtAccuracy, finish, given_model, start
 
-AGENT_DEFAULTS = {"sft_examples": 8000, "sft_steps": 1000, "sft_target": 0.3, "sft_check_every": 50, "sft_lr": 3e-3,
+AGENT_DEFAULTS = {"sft_examples": 8000, "sft_steps": 1000, "sft_check_every": 50, "sft_lr": 3e-3,
                   "sft_batch": 32, "grpo_steps": 60, "grpo_lr": 5e-4, "prompts_per_step": 16, "num_generations": 8,
                   "eval_problems": 200, "eval_every": 20, "eval_during": 100}
 """This demo's settings where DemoConfig's are left at their defaults."""
@@ -158,7 +158,7 @@ def cold_start(cfg: DemoConfig, s: dict, out: Path, base: Path, demos: list[dict
                      progress_bar=cfg.progress_bar, report_to=["jsonl"], eval_steps=s["sft_check_every"],
                      overwrite_output_dir=True)
     evaluate = lambda model, tok: {"accuracy": sum(success(model, tok, dev)) / len(dev)}  # noqa: E731
-    sft = SFTTrainer(args=args, train_dataset=demos, eval_fn=evaluate, callbacks=[StopAtAccuracy(s["sft_target"])])
+    sft = SFTTrainer(args=args, train_dataset=demos, eval_fn=evaluate, callbacks=[StopAtAccuracy(cfg.sft_target)])
     sft.train()
     return sft.save_model(), sft.step_count
 

@@ -25,7 +25,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    from aha.demo.agent import MAX_ROUNDS, MAX_TOKENS
+    from aha.demo.agent import MAX_ROUNDS, MAX_TOKENS, mean_of
     from aha.envs import Agent
     from aha.envs.filesystem import FilesystemEnv, make_tasks
     from aha.models import load_model, load_tokenizer
@@ -37,11 +37,10 @@ def main() -> None:
                                     MAX_TOKENS, MAX_ROUNDS)
         res[name] = (out.episodes, [e.get_reward() for e in envs])
         eps, won = res[name]
-        family = collections.defaultdict(list)
-        for task, r in zip(test, won):
-            family[task["family"]].append(r)
+        families = [t["family"] for t in test]
         outcomes = sum((collections.Counter(e["outcomes"]) for e in eps), collections.Counter())
-        print(name, "success", sum(won) / len(won), {f: round(sum(v) / len(v), 2) for f, v in sorted(family.items())},
+        by_family = {f: round(mean_of(won, families, f), 2) for f in sorted(set(families))}
+        print(name, "success", sum(won) / len(won), by_family,
               "calls", round(sum(e["calls"] for e in eps) / len(eps), 2),
               "finish", dict(collections.Counter(e["finish"] for e in eps)), "outcomes", dict(outcomes))
     lost = [i for i in range(len(test)) if res["sft"][1][i] == 1 and res["grpo"][1][i] == 0]

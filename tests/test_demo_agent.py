@@ -69,3 +69,30 @@ def test_the_report_gives_greedy_and_sampled_gains_paired_by_task_and_greedy_suc
     assert 0 < lo <= 18.75 <= hi and summary["sampled_gain_significant"]  # every task's sampled success rose or held
     assert summary["greedy_success_by_family"] == {"copy": [0.5, 1.0], "mkdir": [0.5, 0.0]}
     assert "copy 50% -> 100%" in table and "mkdir 50% -> 0%" in table
+
+
+def test_a_setting_given_on_the_command_line_is_kept_even_at_another_variants_default(tmp_path):
+    """grpo_steps=200 is the arithmetic demo's default: the agent demo once took it for unset and ran 60."""
+    from aha.cli import _config
+    from aha.config import DemoConfig
+    given = _config(DemoConfig, ["agent", "grpo_steps=200", "prompts_per_step=32", f"output_dir={tmp_path}"],
+                    "variant")
+    assert given.grpo_steps == 200 and given.prompts_per_step == 32
+    args = agent.grpo_args(given, tmp_path)
+    assert args.max_steps == 200 and args.per_device_train_batch_size == 32 * 8
+    unset = _config(DemoConfig, ["agent"], "variant")  # left unset: the agent demo's own
+    assert (unset.grpo_steps, unset.prompts_per_step, unset.sft_examples, unset.sft_steps) == (60, 16, 8000, 1000)
+    plain = _config(DemoConfig, [], "variant")  # and the arithmetic demo's are unchanged
+    assert (plain.grpo_steps, plain.prompts_per_step, plain.sft_examples, plain.sft_check_every) == (200, 32, 2000, 10)
+
+
+def test_grpo_config_reaches_the_demos_grpo_config_and_a_wrong_name_is_refused(tmp_path):
+    from aha.cli import _config, main
+    from aha.config import ConfigError, DemoConfig
+    cfg = _config(DemoConfig, ["agent", "grpo_config={loss_type: dr_grpo, max_steps: 7}"], "variant")
+    args = agent.grpo_args(cfg, tmp_path)
+    assert args.loss_type == "dr_grpo" and args.max_steps == 7 and args.max_completion_length == agent.MAX_TOKENS
+    import pytest
+    with pytest.raises(ConfigError, match="loss_typ"):
+        agent.grpo_args(DemoConfig(variant="agent", grpo_config={"loss_typ": "x"}), tmp_path)
+    assert main(["demo", "grpo_config={beta: 0.1}"]) == 2  # a setting of the agent demo only

@@ -692,9 +692,12 @@ class TinyConfig:
 
 CREDITS = ("outcome", "scalar", "steps", "prm")
 """`aha demo process`'s credit settings."""
-DEMO_DEFAULTS: dict[str, dict[str, Any]] = {"": {"sft_target": 0.25, "threads": 1},
-                                             "aha": {"sft_target": 0.5, "threads": 1},
-                                             "agent": {"sft_target": 0.3, "threads": 2}}
+_DEMO_SIZES = {"sft_examples": 2000, "sft_steps": 400, "sft_check_every": 10, "grpo_steps": 200, "prompts_per_step": 32}
+DEMO_DEFAULTS: dict[str, dict[str, Any]] = {"": {"sft_target": 0.25, "threads": 1, **_DEMO_SIZES},
+                                             "aha": {"sft_target": 0.5, "threads": 1, **_DEMO_SIZES},
+                                             "agent": {"sft_target": 0.3, "threads": 2, "sft_examples": 8000,
+                                                       "sft_steps": 1000, "sft_check_every": 50, "grpo_steps": 60,
+                                                       "prompts_per_step": 16}}
 """Demo variant -> its defaults of the DemoConfig fields whose default is None (an unknown variant: the first's)."""
 
 
@@ -715,27 +718,30 @@ class DemoConfig:
     """torch CPU threads (default 1: these tiny models are bound by per-op overhead, and one thread is immune to
     oversubscription when the machine is shared; 2 for `aha demo agent`, whose steps of 128 episodes ran 1.46x
     faster on two, 6.8 s against 9.9 s: run its seeds side by side with threads=1)."""
-    sft_examples: int = 2000
-    """Worked solutions used for the cold start (a small set keeps the model imperfect)."""
-    sft_steps: int = 400
-    """Most SFT optimizer steps (the cold start usually ends earlier, at sft_target)."""
+    sft_examples: Optional[int] = None
+    """Worked solutions used for the cold start (a small set keeps the model imperfect; default 2000, 8000 for
+    `aha demo agent`)."""
+    sft_steps: Optional[int] = None
+    """Most SFT optimizer steps (the cold start usually ends earlier, at sft_target; default 400, 1000 for
+    `aha demo agent`)."""
     sft_target: Optional[float] = None
     """End the cold start once greedy accuracy on 100 dev problems (train split, trained on by neither stage)
     reaches this (0: run all sft_steps; default 0.25, 0.3 for `aha demo agent` (its dev tasks), and 0.5 for
     `aha demo aha`, whose rewards pay for the answer alone: from 0.25, seed 0 sampled 5% right answers and GRPO lost
     10 points of held-out accuracy)."""
-    sft_check_every: int = 10
-    """Check the dev accuracy every this many SFT steps."""
+    sft_check_every: Optional[int] = None
+    """Check the dev accuracy every this many SFT steps (default 10, 50 for `aha demo agent`)."""
     sft_lr: float = 3e-3
     """SFT learning rate."""
     sft_batch: int = 32
     """SFT batch size."""
-    grpo_steps: int = 200
-    """GRPO steps (at 120, one seed of ten gained only 8.5 points: BENCHMARKS.md)."""
+    grpo_steps: Optional[int] = None
+    """GRPO steps (default 200: at 120, one seed of ten gained only 8.5 points, BENCHMARKS.md; 60 for
+    `aha demo agent`)."""
     grpo_lr: float = 5e-4
     """GRPO learning rate."""
-    prompts_per_step: int = 32
-    """Prompts per GRPO step (B)."""
+    prompts_per_step: Optional[int] = None
+    """Prompts per GRPO step (B; default 32, 16 for `aha demo agent`)."""
     num_generations: int = 8
     """Completions per prompt (G)."""
     eval_problems: int = 200
@@ -775,6 +781,9 @@ class DemoConfig:
     """agent: weight of GRPO's KL penalty to the cold start (GRPOConfig.beta: 0.04 is DeepSeekMath's; 0, TRL's
     default, keeps no reference model). On seeds 0-2, 0 gave gains of -5.0, +14.5, -0.5 points and 0.04 gave
     +0.5, +13.5, +7.5 (BENCHMARKS.md, Agents)."""
+    grpo_config: dict = field(default_factory=dict)
+    """agent: GRPOConfig settings laid over the demo's own, as a YAML mapping, e.g.
+    `grpo_config='{balance_by: family, advantage_estimator: gigpo}'` (a name GRPOConfig lacks is an error)."""
 
     def __post_init__(self):
         if not self.output_dir:

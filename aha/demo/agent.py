@@ -12,8 +12,9 @@ sampled at the GRPO temperature (the policy GRPO trains; held_out_samples episod
 with its paired interval. `sft_model=RUN/sft/model` starts GRPO from an earlier run's cold start (the same seed's
 is the same model on one machine), so arms that differ only in GRPO share it and skip its minutes.
 
-The variant reads DemoConfig's shared fields; those left at their defaults (which suit the arithmetic demo) take
-the values in AGENT_DEFAULTS instead.
+The variant reads DemoConfig's shared fields: those the command line leaves unset take this variant's defaults
+(aha.config.schema.DEMO_DEFAULTS["agent"]); a value given is kept, whatever it is. `grpo_config` lays any
+GRPOConfig setting over the demo's own (`grpo_config='{balance_by: family}'`).
 """
 
 from __future__ import annotations
@@ -24,10 +25,6 @@ from pathlib import Path
 from ..config import DemoConfig
 from .default import StopAtAccuracy, finish, given_model, start
 
-AGENT_DEFAULTS = {"sft_examples": 8000, "sft_steps": 1000, "sft_check_every": 50, "sft_lr": 3e-3,
-                  "sft_batch": 32, "grpo_steps": 60, "grpo_lr": 5e-4, "prompts_per_step": 16, "num_generations": 8,
-                  "eval_problems": 200, "eval_every": 20, "eval_during": 100}
-"""This demo's settings where DemoConfig's are left at their defaults."""
 DEV_TASKS = 100
 """Train-split tasks held back from SFT and GRPO to decide when the cold start is done."""
 GRPO_TASKS = 4000
@@ -42,12 +39,6 @@ COPY_STEPS = 1000
 """Steps of the copying warm-up (64 strings of 4-24 random tokens a step, about 3 minutes on one thread). Without
 it the cold start learns the calls' format but not to copy names: greedy dev success stayed at 0-4% over 300 SFT
 steps; with it, 40% at step 150 (seed 0, small model)."""
-
-
-def settings(cfg: DemoConfig) -> dict:
-    """The value of each shared setting this demo reads: the one given, else AGENT_DEFAULTS'."""
-    defaults = DemoConfig()
-    return {k: v if getattr(cfg, k) == getattr(defaults, k) else getattr(cfg, k) for k, v in AGENT_DEFAULTS.items()}
 
 
 def demonstration(chat, schemas: list, row: dict) -> dict:
@@ -77,31 +68,42 @@ def success(model, tokenizer, rows: list[dict], temperature: float = 0.0, n: int
 
 
 def run(cfg: DemoConfig) -> dict:
-    t0, s = time.perf_counter(), settings(cfg)
-    out = start(cfg)
-    demos_rows, dev, grpo_rows, test = tasks(cfg, s)
+    t0, out = time.perf_counter(), start(cfg)
+    demos_rows, dev, grpo_rows, test = tasks(cfg)
     if cfg.sft_model:
         sft_dir, sft_steps = given_model(cfg.sft_model, "sft_model"), 0
     else:
         base, demos = build_model(cfg, out, demos_rows)
-        sft_dir, sft_steps = cold_start(cfg, s, out, base, demos, dev)
+        sft_dir, sft_steps = cold_start(cfg, out, base, demos, dev)
     before = held_out(sft_dir, test, cfg)
-    grpo_dir = train_grpo(cfg, s, out, sft_dir, grpo_rows, test[:s["eval_during"]])
+    grpo_dir = train_grpo(cfg, out, sft_dir, grpo_rows, test[:cfg.eval_during])
     after = held_out(grpo_dir, test, cfg)
     summary, table = report(before, after, cfg.seed, cfg.grpo_temperature, cfg.held_out_samples)
-    summary.update({"sft_steps": sft_steps, "sft_model": str(sft_dir), "grpo_steps": s["grpo_steps"],
+    summary.update({"sft_steps": sft_steps, "sft_model": str(sft_dir), "grpo_steps": cfg.grpo_steps,
                     "grpo_beta": cfg.grpo_beta, "eval_problems": len(test),
                     "seconds": round(time.perf_counter() - t0, 1), "model_dir": str(grpo_dir)})
     return finish(out, summary, table)
 
 
-def tasks(cfg: DemoConfig, s: dict) -> tuple[list[dict], list[dict], list[dict], list[dict]]:
-    """The seed's tasks: the SFT demonstrations', the dev tasks that end the cold start, GRPO's (train split), and
-    the held-out test tasks."""
+def tasks(cfg: DemoConfig) -> tuple[list[dict], list[dict], list[dict], list[dict]]:
+    """The seed's tasks: the SFT demonstrations', the dev tasks that end the cold start, GRPO's (train split, none
+    of them shared with SFT or dev), and the held-out test tasks; each split's tasks by family are printed."""
     from ..envs.filesystem import make_tasks
-    n = s["sft_examples"]
+    n = cfg.sft_examples
     train = make_tasks("train", n + DEV_TASKS + GRPO_TASKS, cfg.seed)
-    return train[:n], train[n:n + DEV_TASKS], train[n + DEV_TASKS:], make_tasks("test", s["eval_problems"], cfg.seed)
+    splits = {"sft": train[:n], "dev": train[n:n + DEV_TASKS], "grpo": train[n + DEV_TASKS:],
+              "test": make_tasks("test", cfg.eval_problems, cfg.seed)}
+    for name, rows in splits.items():
+        print(f"{name} tasks by family: " + ", ".join(f"{f} {k}" for f, k in family_counts(rows).items()))
+    return splits["sft"], splits["dev"], splits["grpo"], splits["test"]
+
+
+def family_counts(rows: list[dict]) -> dict[str, int]:
+    """Tasks of each family, in family order."""
+    from collections import Counter
+    from ..envs.filesystem import FAMILIES
+    counts = Counter(r["family"] for r in rows)
+    return {f: counts[f] for f in FAMILIES if counts[f]}
 
 
 def build_model(cfg: DemoConfig, out: Path, rows: list[dict]) -> tuple[Path, list[dict]]:
@@ -148,14 +150,14 @@ def teach_copying(model_dir: Path, steps: int, seed: int, batch: int = 64, lr: f
     return losses
 
 
-def cold_start(cfg: DemoConfig, s: dict, out: Path, base: Path, demos: list[dict], dev: list[dict]) -> tuple[Path, int]:
+def cold_start(cfg: DemoConfig, out: Path, base: Path, demos: list[dict], dev: list[dict]) -> tuple[Path, int]:
     """SFT on the demonstrations until greedy success on the dev tasks reaches sft_target (checked every
     sft_check_every steps), or sft_steps."""
     from ..config import SFTConfig
     from ..train.sft import SFTTrainer
-    args = SFTConfig(output_dir=str(out / "sft"), model=str(base), learning_rate=s["sft_lr"], max_steps=s["sft_steps"],
-                     per_device_train_batch_size=s["sft_batch"], warmup_steps=10, seed=cfg.seed, max_length=2048,
-                     progress_bar=cfg.progress_bar, report_to=["jsonl"], eval_steps=s["sft_check_every"],
+    args = SFTConfig(output_dir=str(out / "sft"), model=str(base), learning_rate=cfg.sft_lr, max_steps=cfg.sft_steps,
+                     per_device_train_batch_size=cfg.sft_batch, warmup_steps=10, seed=cfg.seed, max_length=2048,
+                     progress_bar=cfg.progress_bar, report_to=["jsonl"], eval_steps=cfg.sft_check_every,
                      overwrite_output_dir=True)
     evaluate = lambda model, tok: {"accuracy": sum(success(model, tok, dev)) / len(dev)}  # noqa: E731
     sft = SFTTrainer(args=args, train_dataset=demos, eval_fn=evaluate, callbacks=[StopAtAccuracy(cfg.sft_target)])
@@ -163,21 +165,27 @@ def cold_start(cfg: DemoConfig, s: dict, out: Path, base: Path, demos: list[dict
     return sft.save_model(), sft.step_count
 
 
-def train_grpo(cfg: DemoConfig, s: dict, out: Path, sft_dir: Path, train: list[dict], during: list[dict]) -> Path:
+def grpo_args(cfg: DemoConfig, out: Path):
+    """The GRPOConfig of the demo's GRPO stage: its own settings, then `grpo_config`'s over them."""
+    from .. import GRPOConfig
+    G = cfg.num_generations
+    own = dict(output_dir=str(out / "grpo"), learning_rate=cfg.grpo_lr, max_steps=cfg.grpo_steps, warmup_steps=5,
+               lr_scheduler_type="cosine", num_generations=G, per_device_train_batch_size=cfg.prompts_per_step * G,
+               max_completion_length=MAX_TOKENS, max_tool_calling_iterations=MAX_ROUNDS,
+               temperature=cfg.grpo_temperature, seed=cfg.seed, share_prompts=True,
+               mask_truncated_completions=cfg.grpo_mask_truncated, beta=cfg.grpo_beta, eval_steps=cfg.eval_every,
+               log_completions_steps=0, progress_bar=cfg.progress_bar, overwrite_output_dir=True)
+    return GRPOConfig(**{**own, **cfg.grpo_config})
+
+
+def train_grpo(cfg: DemoConfig, out: Path, sft_dir: Path, train: list[dict], during: list[dict]) -> Path:
     """GRPO with TRL's environment contract: FilesystemEnv's get_reward is the reward."""
-    from .. import GRPOConfig, GRPOTrainer
+    from .. import GRPOTrainer
     from ..envs.filesystem import FilesystemEnv
-    G = s["num_generations"]
-    args = GRPOConfig(output_dir=str(out / "grpo"), learning_rate=s["grpo_lr"], max_steps=s["grpo_steps"],
-                      warmup_steps=5, lr_scheduler_type="cosine", num_generations=G,
-                      per_device_train_batch_size=s["prompts_per_step"] * G, max_completion_length=MAX_TOKENS,
-                      max_tool_calling_iterations=MAX_ROUNDS, temperature=cfg.grpo_temperature, seed=cfg.seed,
-                      share_prompts=True, mask_truncated_completions=cfg.grpo_mask_truncated, beta=cfg.grpo_beta,
-                      eval_steps=s["eval_every"], log_completions_steps=0, progress_bar=cfg.progress_bar,
-                      overwrite_output_dir=True)
+    args = grpo_args(cfg, out)
     evaluate = lambda model, tok: {"accuracy": sum(success(model, tok, during)) / len(during)}  # noqa: E731
-    trainer = GRPOTrainer(model=str(sft_dir), args=args, train_dataset=[{k: r[k] for k in ("prompt", "fs", "id")}
-                                                                         for r in train],
+    trainer = GRPOTrainer(model=str(sft_dir), args=args, train_dataset=[{k: r[k] for k in ("prompt", "fs", "id",
+                                                                                         "family")} for r in train],
                           environment_factory=FilesystemEnv, eval_fn=evaluate)
     trainer.train()
     return trainer.save_model()

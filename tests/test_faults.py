@@ -746,3 +746,62 @@ def test_resume_past_max_steps_says_so_and_changes_nothing(tiny_dir, tmp_path, c
         assert grpo(tiny_dir, run, max_steps=4, resume=True).train() == {}  # a finished run: nothing to do
     assert any("already at max_steps=4: nothing to train" in r.getMessage() for r in caplog.records)
     assert [p.name for p in list_checkpoints(run)] == ["checkpoint-2", "checkpoint-4"]
+
+
+# ------------------------------------------------------------------ run files a script or a tool can disturb
+def test_save_model_into_output_dir_writes_beside_the_run_and_removes_nothing(tiny_dir, tmp_path):
+    from transformers import AutoModelForCausalLM
+    run = tmp_path / "run"
+    t = grpo(tiny_dir, run, max_steps=2, save_steps=1)
+    t.train()
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    assert {"config.yaml", "metrics.jsonl", ".aha-run.json"} <= before.keys()
+    assert t.save_model(t.args.output_dir) == run  # the line TRL's scripts end with
+    assert [p.name for p in list_checkpoints(run)] == ["checkpoint-1", "checkpoint-2"]
+    assert {n: (run / n).read_bytes() for n in before} == before  # every run file as it was
+    assert {p.name for p in run.iterdir()} - before.keys() - {"checkpoint-1", "checkpoint-2"} >= {
+        "config.json", "model.safetensors"}
+    assert not [p.name for p in run.iterdir() if p.name.startswith(".") and p.name not in before]  # no temp left
+    assert_same(params(t.model), params(AutoModelForCausalLM.from_pretrained(run)))
+    fresh = run / "final"
+    fresh.mkdir()
+    assert t.save_model(fresh) == fresh and (fresh / "config.json").is_file()  # an empty folder: replaced whole
+    (run / "model").mkdir()
+    (run / "model" / "stale.txt").write_text("an older save")
+    t.save_model()
+    assert not (run / "model" / "stale.txt").exists()  # the run's model/ is swapped whole, as before
+
+
+def wander(where: str) -> str:
+    """
+    Changes the working directory of the process.
+
+    Args:
+        where: The folder to go to.
+    """
+    os.chdir(where)
+    return "moved"
+
+
+def turns(completions, **kw):
+    return [float(len(c)) for c in completions]
+
+
+def test_a_tool_that_changes_directory_cannot_split_the_run_folder(tiny_dir, tmp_path, monkeypatch):
+    from scripted import ScriptedAgentEngine
+    away = tmp_path / "away"
+    away.mkdir()
+    monkeypatch.chdir(tmp_path)
+    call = f'<tool_call>{{"name": "wander", "arguments": {{"where": "{away}"}}}}</tool_call>'
+    script = lambda c: call if "<|im_start|>tool" not in c else "ok"  # noqa: E731
+    t = GRPOTrainer(model=tiny_dir, reward_funcs=[turns], tools=[wander],
+                    train_dataset=[{"prompt": [{"role": "user", "content": "go"}]}] * 4,
+                    engine_factory=lambda m, tk, b: ScriptedAgentEngine(m, tk, b, script=script),
+                    args=grpo_args("run", save_steps=1, num_generations=2, per_device_train_batch_size=4,
+                                   max_completion_length=256))
+    t.train()
+    t.save_model()
+    assert os.getcwd() == str(away) and list(away.iterdir()) == []  # the tool moved, the run stayed
+    assert {"checkpoint-1", "checkpoint-2", "model", "metrics.jsonl", "config.yaml", ".aha-run.json"} <= {
+        p.name for p in (tmp_path / "run").iterdir()}
+    assert not (tmp_path / "run" / ".aha-lock").exists() and t.args.output_dir == str(tmp_path / "run")

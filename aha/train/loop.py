@@ -26,7 +26,7 @@ from ..models.load import autocast, seed_everything
 from .callbacks import Callbacks
 from .checkpoint import (MARKER, REFERENCE, CorruptCheckpointError, checkpoint_info, list_checkpoints, load_checkpoint,
                          save_checkpoint)
-from .rundir import check_fresh, check_inputs, check_writable, lock_run_dir, mark_run
+from .rundir import check_fresh, check_inputs, check_writable, files_beside, lock_run_dir, mark_run
 
 log = logging.getLogger("aha.train")
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -127,6 +127,7 @@ class Trainer(abc.ABC):
         self.args = args
         self.callback_objects = list(callbacks or [])
         """transformers TrainerCallback objects (see aha.train.callbacks)."""
+        args.output_dir = os.path.abspath(args.output_dir)  # once: a tool's os.chdir cannot move later writes
         self.run_dir = Path(args.output_dir)
         check_writable(self.run_dir)
         self.eval_fn = eval_fn
@@ -394,6 +395,13 @@ class Trainer(abc.ABC):
         return repo_id
 
     def save_model(self, output_dir: str | Path | None = None) -> Path:
-        """Save in Hugging Face format (LoRA merged unless save_merged=false)."""
-        return save_model(self.model, self.tokenizer, output_dir or self.run_dir / "model",
-                          merge_lora=self.args.save_merged)
+        """Save in Hugging Face format (LoRA merged unless save_merged=false) into `output_dir`, by default the run's
+        `model/`. That folder, or one absent or empty, is replaced whole (atomically); a folder holding anything
+        else, such as the run's own output_dir (TRL's `trainer.save_model(args.output_dir)`), gets the model's files
+        beside what it holds, each renamed into place, nothing else removed."""
+        target = Path(os.path.abspath(output_dir)) if output_dir else self.run_dir / "model"
+        if target == self.run_dir / "model" or not target.is_dir() or not any(target.iterdir()):
+            return save_model(self.model, self.tokenizer, target, merge_lora=self.args.save_merged)
+        with files_beside(target) as new:
+            save_model(self.model, self.tokenizer, new, merge_lora=self.args.save_merged)
+        return target

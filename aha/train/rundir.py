@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import socket
 import sys
 import time
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from .. import __version__
-from ..fileio import DiskFullError, atomic_write, remove_directory
+from ..fileio import DiskFullError, atomic_write, fsync_dir, remove_directory
 
 log = logging.getLogger("aha.train")
 WRITE_PROBE = ".aha-write-probe"
@@ -34,6 +35,8 @@ LOCK_FILE = ".aha-lock"
 file left by a killed run is no lock at all."""
 LOCK_TRIES = 3
 """Attempts to lock a lock file that its holder deletes as we open it."""
+NEW_FILES = ".aha-new-files"
+"""The hidden folder inside a target folder where `files_beside` has its files written before moving them in."""
 HELD = (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
 """flock(LOCK_NB) failures that mean another open file holds the lock."""
 NO_FLOCK = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)
@@ -165,3 +168,19 @@ def lock_run_dir(run_dir: Path) -> Iterator[None]:
                 path.unlink(missing_ok=True)  # still locked: a run that opened the old file retries the new one
             finally:
                 os.close(fd)  # releases the lock
+
+
+@contextmanager
+def files_beside(target: Path) -> Iterator[Path]:
+    """Yield a path inside `target` for the body to write a folder at; then move each of its entries into `target`,
+    one rename each (an entry of the same name is replaced), and remove the emptied folder. Nothing else in `target`
+    changes; a failed body leaves `target` as it was."""
+    new = target / NEW_FILES
+    shutil.rmtree(new, ignore_errors=True)  # left by a killed save
+    try:
+        yield new
+        for entry in sorted(new.iterdir()):
+            os.replace(entry, target / entry.name)
+        fsync_dir(target)
+    finally:
+        shutil.rmtree(new, ignore_errors=True)

@@ -81,3 +81,30 @@ def test_run_python_prints_in_the_sandbox_and_reports_errors():
     assert "Error" in run_python("import socket; socket.socket()")  # no network
     row = python_tasks("train", 1, 0)[0]
     assert row["answer"].isdigit()
+
+
+def test_filesystem_calls_that_would_break_the_tree_are_refused_and_change_nothing():
+    from aha.envs.filesystem import MAX_DEPTH, MAX_ENTRIES, MAX_PATH_CHARS, MAX_TEXT_CHARS
+    env = _env({"a/b/f.txt": "x", "x/g.txt": "y", "notes/a.txt": "z"})
+    before = env.tree.state()
+    deep = "/".join(["d"] * 20_000)  # 40 KB: every parent a folder would have held ~400 MB of prefixes
+    for call, error, says in [
+            (lambda: env.move("a", "a/b"), OSError, "cannot move a into itself (a/b/a)"),
+            (lambda: env.move("x", "x"), OSError, "cannot move x into itself (x/x)"),
+            (lambda: env.move("a", "a/b/c"), OSError, "cannot move a into itself"),
+            (lambda: env.mkdir("notes/a.txt/sub"), NotADirectoryError, "notes/a.txt is a file"),
+            (lambda: env.mkdir(deep), ValueError, f"path of 20000 parts: at most {MAX_DEPTH}"),
+            (lambda: env.mkdir("d/" * 40), ValueError, f"path of 40 parts: at most {MAX_DEPTH}"),
+            (lambda: env.write_file("x" * (MAX_PATH_CHARS + 1), "t"), ValueError, "characters: at most"),
+            (lambda: env.write_file("big.txt", "t" * MAX_TEXT_CHARS), OSError, f"would pass {MAX_TEXT_CHARS}")]:
+        with pytest.raises(error, match=says.replace("(", r"\(").replace(")", r"\)")):
+            call()
+        assert env.tree.state() == before
+    assert env.list_dir("a") == "a/b/" and env.list_dir("a/b") == "a/b/f.txt"
+    env.mkdir("/".join(["m"] * MAX_DEPTH))  # at the limit, allowed; moving it one level down is not
+    with pytest.raises(ValueError, match=f"parts: at most {MAX_DEPTH}"):
+        env.move("m", "x")
+    assert env.tree.files == dict(before[0]) and "x/m" not in env.tree.dirs
+    env.tree.dirs.update(f"e{i}" for i in range(MAX_ENTRIES - len(env.tree.dirs) - len(env.tree.files)))
+    with pytest.raises(OSError, match=f"at most {MAX_ENTRIES}"):
+        env.write_file("one_more.txt", "t")

@@ -26,8 +26,21 @@ LINES = ("buy milk", "call bob", "fix the door", "read a book", "pay rent", "wat
          "clean desk", "book a trip")
 
 
+MAX_DEPTH = 32
+"""Parts a path may have ("a/b/c" has 3): a folder holds an entry for each of its parents, so depth costs memory."""
+MAX_PATH_CHARS = 1024
+"""Characters a path may have, after normalising."""
+MAX_ENTRIES = 10_000
+"""Files and folders a tree may hold in all."""
+MAX_TEXT_CHARS = 1_000_000
+"""Characters of file text a tree may hold in all."""
+
+
 class FileTree:
-    """Files (path -> text) and folders; paths are relative, "/"-separated, without "." or ".." parts."""
+    """Files (path -> text) and folders; paths are relative, "/"-separated, without "." or ".." parts.
+
+    The tools keep a tree within MAX_DEPTH parts and MAX_PATH_CHARS characters a path, MAX_ENTRIES files and
+    folders and MAX_TEXT_CHARS characters of text (a few tens of MB at most); a call past a limit is refused."""
 
     def __init__(self, files: dict[str, str] | None = None, dirs: list[str] | None = None):
         self.files, self.dirs = dict(files or {}), set(dirs or [])
@@ -36,9 +49,34 @@ class FileTree:
 
     @staticmethod
     def norm(path: str) -> str:
-        """"./a//b/" -> "a/b"; ".." stops at the top, so no path leaves the tree: "../x" -> "x"."""
+        """"./a//b/" -> "a/b"; ".." stops at the top, so no path leaves the tree: "../x" -> "x". A path past the
+        limits is refused (ValueError)."""
         path = posixpath.normpath("/" + str(path).strip()).lstrip("/")
-        return "" if path == "." else path
+        return FileTree.within_limits("" if path == "." else path)
+
+    @staticmethod
+    def within_limits(path: str) -> str:
+        """`path`, or a ValueError when it is longer than MAX_PATH_CHARS or deeper than MAX_DEPTH."""
+        if path.count("/") >= MAX_DEPTH:
+            raise ValueError(f"path of {path.count('/') + 1} parts: at most {MAX_DEPTH}")
+        if len(path) > MAX_PATH_CHARS:
+            raise ValueError(f"path of {len(path)} characters: at most {MAX_PATH_CHARS}")
+        return path
+
+    def check_room(self, entries: int = 0, text: int = 0) -> None:
+        """Refuse (OSError) `entries` more files or folders, or `text` more characters, past the tree's limits."""
+        if len(self.files) + len(self.dirs) + entries > MAX_ENTRIES:
+            raise OSError(f"the tree holds {len(self.files) + len(self.dirs)} files and folders: at most {MAX_ENTRIES}")
+        held = sum(map(len, self.files.values()))
+        if held + text > MAX_TEXT_CHARS:
+            raise OSError(f"the tree holds {held} characters of text, and {text} more would pass {MAX_TEXT_CHARS}")
+
+    def file_above(self, path: str) -> str | None:
+        """The file that `path` would pass through as a folder ("a.txt" for "a.txt/sub"), or None."""
+        parent = posixpath.dirname(path)
+        while parent and parent not in self.files:
+            parent = posixpath.dirname(parent)
+        return parent or None
 
     def _add_parents(self, path: str) -> None:
         parent = posixpath.dirname(path)
@@ -121,6 +159,8 @@ class FilesystemEnv:
         path = FileTree.norm(path)
         if not path or self.tree.is_dir(path) or not self.tree.is_dir(posixpath.dirname(path)):
             raise FileNotFoundError(f"cannot write {path}: no such folder, or it is a folder")
+        content = str(content)
+        self.tree.check_room(path not in self.tree.files, len(content) - len(self.tree.files.get(path, "")))
         self.tree.files[path] = content
         return "ok"
 
@@ -137,6 +177,9 @@ class FilesystemEnv:
         path = FileTree.norm(path)
         if not path or path in self.tree.files:
             raise FileExistsError(f"cannot make folder {path!r}")
+        if (file := self.tree.file_above(path)) is not None:
+            raise NotADirectoryError(f"cannot make folder {path}: {file} is a file")
+        self.tree.check_room(path.count("/") + 1)
         self.tree.dirs.add(path)
         self.tree._add_parents(path)
         return "ok"
@@ -159,11 +202,16 @@ class FilesystemEnv:
             dst = posixpath.join(dst, posixpath.basename(src))
         if dst in self.tree.files or dst in self.tree.dirs or not self.tree.is_dir(posixpath.dirname(dst)):
             raise FileExistsError(f"cannot move to {dst}: it exists, or its folder does not")
-        for old in [p for p in list(self.tree.files) if p == src or p.startswith(src + "/")]:
+        if dst.startswith(src + "/"):
+            raise OSError(f"cannot move {src} into itself ({dst})")
+        files = [p for p in self.tree.files if p == src or p.startswith(src + "/")]
+        dirs = [d for d in self.tree.dirs if d == src or d.startswith(src + "/")]
+        for old in files + dirs:  # every new path checked before the tree changes
+            FileTree.within_limits(dst + old[len(src):])
+        for old in files:
             self.tree.files[dst + old[len(src):]] = self.tree.files.pop(old)
-        for old in [d for d in list(self.tree.dirs) if d == src or d.startswith(src + "/")]:
-            self.tree.dirs.discard(old)
-            self.tree.dirs.add(dst + old[len(src):])
+        self.tree.dirs.difference_update(dirs)
+        self.tree.dirs.update(dst + old[len(src):] for old in dirs)
         return "ok"
 
     def delete(self, path: str) -> str:

@@ -219,3 +219,23 @@ def test_a_recipe_chains_labels_prm_and_grpo():
     with pytest.raises(ConfigError, match=r"prm_model: @labels is a prm_labels stage, which makes a data file; "
                                           r"prm_model takes a prm stage"):
         validate({"model": "@x", "stages": wrong})
+
+
+def test_a_causal_lm_without_architectures_is_refused_as_prm_naming_the_missing_head(tiny_dir, tmp_path):
+    import shutil
+    lm = tmp_path / "lm"
+    shutil.copytree(tiny_dir, lm)
+    config = json.loads((lm / "config.json").read_text())
+    del config["architectures"]  # the check by saved class cannot see it: only the weights tell
+    (lm / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"prm_model '.*lm' has no trained score head: score\.bias, score\.weight not "
+                                         r"in its weights \(a LlamaForTokenClassification would start it from random"):
+        PRMReward(str(lm))
+
+
+@pytest.mark.parametrize("value, end", [([[(2.0, 1.0)], [(1, 0.5)]], "2.0"), ([[], [(1, 0.5), ("3", 1.0)]], "'3'")])
+def test_step_rewards_with_ends_that_are_not_integers_say_ends_must_be_integers(value, end):
+    from aha.rewards.scoring import score_completions
+    with pytest.raises(ValueError, match=rf"has a step ending at {end} \(step ends must be integers: character "
+                                         r"offsets into the completion's text\)"):
+        score_completions([lambda prompts, completions, **kw: value], [""] * 2, ["ab", "cd"], {})

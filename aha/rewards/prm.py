@@ -7,7 +7,9 @@ default "\\n"), every piece tokenized on its own; a step's label is read at its 
 """
 from __future__ import annotations
 
+import json
 import threading
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -21,6 +23,8 @@ SEPARATOR_KEY = "step_separator"
 """The key of a PRM's config.json that holds the separator it was trained with."""
 GOOD = 1
 """The label of a good step (TRL's labels: True -> 1)."""
+WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+"""Where a sharded checkpoint lists its tensors by name."""
 
 
 def prompt_text(tokenizer, prompt: Any) -> str:
@@ -96,6 +100,42 @@ def load_prm(name_or_path: str, dtype: str = "float32", device: str | None = Non
         raise ValueError(f"{what} {name_or_path!r}: {e}") from e
 
 
+def weight_names(name_or_path: str) -> set[str] | None:
+    """The names of the tensors a model directory (or a cached hub id) holds, read from its index or the headers of
+    its safetensors files (no tensor is loaded); None where there is nothing to read."""
+    from safetensors import safe_open
+
+    from ..models.load import resolve
+    path = Path(resolve(name_or_path))
+    if not path.is_dir():
+        from huggingface_hub import snapshot_download
+        try:
+            path = Path(snapshot_download(str(name_or_path), local_files_only=True))
+        except Exception:  # noqa: BLE001 - not in the cache: nothing to read
+            return None
+    for index in WEIGHT_INDEXES:
+        if (path / index).is_file():
+            return set(json.loads((path / index).read_text())["weight_map"])
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        return None
+    names: set[str] = set()
+    for file in files:
+        with safe_open(file, framework="pt") as f:
+            names.update(f.keys())
+    return names
+
+
+def untrained_head(model, name_or_path: str) -> list[str]:
+    """The parameters of `model`'s head (those outside its base model) that its checkpoint does not hold: a head
+    from_pretrained initialised afresh, whose scores are noise. Every reward that holds a model checks this."""
+    prefix = model.base_model_prefix + "."
+    names = weight_names(name_or_path)
+    if names is None:
+        return []
+    return sorted(n for n, _ in model.named_parameters() if not n.startswith(prefix) and n not in names)
+
+
 class PRMReward(Reward):
     """A PRM's P(good) of each step, as a step reward: per completion a list of (end, score), `end` the offset in
     the completion's text just after the step. Splits by `step_separator` (default: the one in the PRM's config,
@@ -114,6 +154,11 @@ class PRMReward(Reward):
         if saved_as and not any(a.endswith("ForTokenClassification") for a in saved_as):
             raise ValueError(f"prm_model {model!r} is a {saved_as[0]}, not a token-classification PRM (train one from "
                              "step labels with `aha prm`)")
+        missing = untrained_head(self.model, model)
+        if missing:
+            raise ValueError(f"prm_model {model!r} has no trained score head: {', '.join(missing)} not in its weights "
+                             f"(a {type(self.model).__name__} would start it from random values); train a PRM from "
+                             "step labels with `aha prm`")
         if self.model.config.num_labels != 2:
             raise ValueError(f"prm_model {model!r} has {self.model.config.num_labels} labels; a PRM has 2 (bad, good)")
         self.step_separator = step_separator or getattr(self.model.config, SEPARATOR_KEY, None) or STEP_SEPARATOR

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable
 
 from .base import completion_text
 from .deadline import RewardTimeout, call_bounded
-from .steps import clean_steps, is_steps, step_mean
+from .steps import clean_steps, is_steps, non_integer_end, step_mean
 
 logger = logging.getLogger(__name__)
 
@@ -216,6 +216,10 @@ def _bad_shape(outcome: Any, values: list, n: int) -> str | None:
     if shape is not None and len(shape) != 1:
         return f"{type(outcome).__name__} of shape {tuple(int(d) for d in shape)}"
     nested = [i for i, v in enumerate(values) if _is_nested(v) and not is_steps(v)]  # steps: (end, score) pairs
+    ends = [(i, end) for i in nested if (end := non_integer_end(values[i])) is not None]
+    if ends:
+        return (f"a list whose value {ends[0][0]} has a step ending at {ends[0][1]!r} (step ends must be integers: "
+                "character offsets into the completion's text)")
     if nested and len(nested) == len(values) and len({len(v) for v in values}) == 1:
         return f"a list of shape ({len(values)}, {len(values[0])})"
     if nested:

@@ -41,6 +41,17 @@ def _is_int(x: Any) -> bool:
     return hasattr(x, "__index__") and not isinstance(x, bool)  # int, numpy and 0-d torch integers
 
 
+def non_integer_end(value: Any) -> Any:
+    """The first end that keeps a list of pairs from being step rewards (an end must be an integer), or None.
+
+    >>> non_integer_end([(2.0, 1.0)]), non_integer_end([(2, 1.0)]), non_integer_end([0.5])
+    (2.0, None, None)
+    """
+    if not isinstance(value, (list, tuple)) or not all(isinstance(p, (list, tuple)) and len(p) == 2 for p in value):
+        return None
+    return next((p[0] for p in value if not _is_int(p[0])), None)
+
+
 def clean_steps(value: Sequence, text_len: int | None = None) -> list[Step]:
     """One value's steps sorted by end, each score a float: NaN where it is NaN, inf or not a number (such a step
     is left out like a None reward, and counted). An end past the text is the text's end. A negative end is a

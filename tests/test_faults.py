@@ -805,3 +805,30 @@ def test_a_tool_that_changes_directory_cannot_split_the_run_folder(tiny_dir, tmp
     assert {"checkpoint-1", "checkpoint-2", "model", "metrics.jsonl", "config.yaml", ".aha-run.json"} <= {
         p.name for p in (tmp_path / "run").iterdir()}
     assert not (tmp_path / "run" / ".aha-lock").exists() and t.args.output_dir == str(tmp_path / "run")
+
+
+def _agent_run(tiny_dir, run, factory=None, tools=None, **kw):
+    from scripted import ScriptedAgentEngine
+    rows = [{"prompt": [{"role": "user", "content": f"Count to {t}."}], "target": t} for t in range(2, 8)]
+    return GRPOTrainer(model=tiny_dir, reward_funcs=[turns], train_dataset=rows, environment_factory=factory,
+                       tools=tools, engine_factory=ScriptedAgentEngine,
+                       args=grpo_args(run, **{**dict(num_generations=2, per_device_train_batch_size=4,
+                                                     max_completion_length=256), **kw}))
+
+
+def test_resume_from_python_refuses_another_environment_or_other_tools_naming_both(tiny_dir, tmp_path):
+    from scripted import CounterEnv
+
+    class Stepper(CounterEnv):
+        """Another environment with the same tools."""
+
+    run = tmp_path / "run"
+    _agent_run(tiny_dir, run, CounterEnv, max_steps=1).train()
+    theirs, ours = "scripted:CounterEnv", f"{__name__}:{Stepper.__qualname__}"
+    with pytest.raises(ValueError, match=rf"environment: '{theirs}' -> '{ours}'"):
+        _agent_run(tiny_dir, run, Stepper, resume=True).train()
+    with pytest.raises(ValueError, match=rf"tools: \[\] -> \['{__name__}:wander'\]"):
+        _agent_run(tiny_dir, run, CounterEnv, tools=[wander], resume=True).train()
+    resumed = _agent_run(tiny_dir, run, CounterEnv, resume=True, tool_timeout=5.0)  # a time limit may change
+    resumed.train()
+    assert resumed.step_count == 2 and resumed.agent.tool_timeout == 5.0

@@ -26,7 +26,7 @@ RESUMABLE = frozenset({
     "log_groups_max", "log_groups_max_mb", "push_to_hub", "hub_model_id", "dashboard", "dashboard_port",
     "output_dir", "resume", "overwrite_output_dir",
     # how it runs, not what it computes: time limits, failure policy, threads, memory
-    "reward_timeout", "reward_fail_steps", "on_nonfinite", "threads", "gradient_checkpointing",
+    "reward_timeout", "tool_timeout", "reward_fail_steps", "on_nonfinite", "threads", "gradient_checkpointing",
     "max_tokens_per_micro_batch", "share_prompts", "generation_max_batch", "dist_timeout", "max_worker_restarts", "ray_address",
 })
 """Settings a resumed run may change. Anything else (learning_rate, weight_decay, num_generations, task, seed,
@@ -40,9 +40,27 @@ INPUTS = ("model", "task", "dataset", "reward_funcs", "reward_kwargs")
 both runs name them in the config."""
 
 
-def config_record(cfg) -> dict:
-    """The config as plain JSON values, as a checkpoint stores it and as it is compared."""
-    return json.loads(json.dumps(dataclasses.asdict(cfg), default=str))
+def config_record(cfg, agent=None) -> dict:
+    """The config as plain JSON values, as a checkpoint stores it and as it is compared. With `agent` (the run's
+    aha.envs.Agent) `tools` and `environment` are what the run uses, by name, however they were given: the config's
+    module:function names or, from Python, the objects themselves."""
+    record = json.loads(json.dumps(dataclasses.asdict(cfg), default=str))
+    if agent is not None:
+        factories = agent.factories or {}
+        record["tools"] = [qualified_name(t) for t in agent.tools]
+        record["environment"] = ({k: qualified_name(f) for k, f in factories.items()} if agent.multi else
+                                 qualified_name(factories[None]) if factories else None)
+    return record
+
+
+def qualified_name(obj) -> str:
+    """"module:qualname" of a function or class (of its class, for another callable object).
+
+    >>> qualified_name(json.dumps)
+    'json:dumps'
+    """
+    target = obj if hasattr(obj, "__qualname__") else type(obj)
+    return f"{target.__module__}:{target.__qualname__}"
 
 
 def read_saved_config(path: Path) -> dict | None:
@@ -62,10 +80,11 @@ def _same(key: str, old, new) -> bool:
     return False
 
 
-def resume_changes(saved: dict, cfg) -> list[str]:
-    """`key: old -> new` for every setting of `cfg` that differs from `saved` and may not change on resume."""
+def resume_changes(saved: dict, cfg, agent=None) -> list[str]:
+    """`key: old -> new` for every setting of `cfg` (with `agent`'s tools and environments, see config_record) that
+    differs from `saved` and may not change on resume."""
     changed = {}
-    for key, new in config_record(cfg).items():
+    for key, new in config_record(cfg, agent).items():
         if key in RESUMABLE or key not in saved:  # a key an older aha did not have
             continue
         old = saved[key]
@@ -76,9 +95,9 @@ def resume_changes(saved: dict, cfg) -> list[str]:
     return [text for key, text in changed.items() if not set(DERIVED.get(key, ())) & changed.keys()]
 
 
-def check_resume(saved: dict, cfg, where: Path, run_dir: Path) -> None:
+def check_resume(saved: dict, cfg, where: Path, run_dir: Path, agent=None) -> None:
     """Refuse to resume with settings the run did not have (other than RESUMABLE), naming each."""
-    changed = resume_changes(saved, cfg)
+    changed = resume_changes(saved, cfg, agent)
     if changed:
         raise ConfigError(
             f"cannot resume {run_dir} with other settings than its own ({where}): {'; '.join(changed)}. A resume may "

@@ -121,6 +121,8 @@ class Trainer(abc.ABC):
     """Progress-bar label -> (metric, format)."""
     step_logs: tuple[str, ...] = (HELD_OUT_LOG,)
     """JSONL files in the run directory with a step column, cut back to the checkpoint on resume."""
+    agent = None
+    """The run's tools and environments (an aha.envs.Agent, GRPO's), recorded by name in each checkpoint's config."""
 
     def __init__(self, args: TrainConfig, eval_fn: Callable[[object, object], dict] | None,
                  callbacks: list | None = None):
@@ -309,6 +311,9 @@ class Trainer(abc.ABC):
         return {"step": self.step_count, "sampler": self.sampler.state(),
                 "generator": self.generator.get_state()}
 
+    def _load_state(self, state: dict) -> None:
+        """What a subclass's `_state` adds, taken back from a restored checkpoint's `state`."""
+
     def _moving_reference(self):
         """The reference model when training moves it (GRPO's sync_ref_model), which a checkpoint must then hold
         for an exact resume; None when there is none or it stays the initial model (rebuilt at start-up)."""
@@ -319,7 +324,7 @@ class Trainer(abc.ABC):
     def save_checkpoint(self) -> Path:
         path = save_checkpoint(self.run_dir, self.step_count, self.model, self.optimizer, self.scheduler,
                                self._state(), self.args.save_total_limit, tokenizer=self.tokenizer,
-                               reference=self._moving_reference(), config=config_record(self.args))
+                               reference=self._moving_reference(), config=config_record(self.args, self.agent))
         self.saved_step = self.step_count
         return path
 
@@ -358,7 +363,7 @@ class Trainer(abc.ABC):
             where = self.run_dir / "config.yaml"
             saved = read_saved_config(where)
         if saved is not None:
-            check_resume(saved, self.args, where, self.run_dir)
+            check_resume(saved, self.args, where, self.run_dir, self.agent)
         if info["step"] > self.max_steps:
             raise NothingToTrainError(
                 f"{path} is at step {info['step']}, past max_steps={self.max_steps}: nothing to train, and nothing "
@@ -378,6 +383,7 @@ class Trainer(abc.ABC):
         self.step_count = self.saved_step = state["step"]
         self.sampler = self.sampler.restored(state["sampler"])
         self.generator.set_state(state["generator"])
+        self._load_state(state)
         for name in self.step_logs:
             keep_steps_through(self.run_dir / name, self.step_count)
         log.info("resumed from %s at step %d", path, self.step_count)

@@ -7,6 +7,7 @@ Nothing here knows about models, configs or I/O.
 
 from __future__ import annotations
 
+import math
 from typing import Callable, NamedTuple
 
 import torch
@@ -37,7 +38,7 @@ def _registry(kind: str):
 
 ADVANTAGES, _register_adv, get_advantage = _registry("advantage estimator")
 KL_ESTIMATORS, _register_kl, get_kl = _registry("KL estimator")
-AGGREGATIONS, _register_agg, get_aggregation = _registry("loss aggregation (loss_type)")
+AGGREGATIONS, _register_agg, get_aggregation = _registry("loss aggregation")
 RATIOS, _register_ratio, get_ratio = _registry("importance_sampling_level")
 
 
@@ -209,31 +210,136 @@ def sequence_log_ratio(log_ratio: Tensor, mask: Tensor) -> Tensor:
     return per_seq.expand_as(log_ratio)                               # [N,T]
 
 
+# TRL's one `loss_type` name sets two things aha keeps apart: the per-token surrogate (what each token's loss is,
+# SURROGATES) and the aggregation (how a batch's token losses become one number, AGGREGATIONS). LOSS_TYPES maps
+# each TRL name to its pair.
+SURROGATES, _register_surrogate, get_surrogate = _registry("policy-loss surrogate")
+LOSS_TYPES, _, get_loss_type = _registry("loss_type")
+
+
+class LossType(NamedTuple):
+    """A TRL loss_type as aha's (surrogate, aggregation) pair."""
+
+    surrogate: str    # a SURROGATES name
+    aggregation: str  # an AGGREGATIONS name
+
+
+LOSS_TYPES.update({
+    "grpo": LossType("clip", "grpo"), "dapo": LossType("clip", "dapo"), "dr_grpo": LossType("clip", "dr_grpo"),
+    "bnpo": LossType("clip", "bnpo"), "luspo": LossType("clip", "luspo"), "cispo": LossType("cispo", "dapo"),
+    "sapo": LossType("sapo", "grpo"), "vespo": LossType("vespo", "dapo"),
+})
+
+
+class SurrogateParams(NamedTuple):
+    """The surrogates' numbers, TRL's names and defaults; each surrogate reads its own."""
+
+    epsilon: float = 0.2                  # clip: ratio >= 1 - epsilon
+    epsilon_high: float | None = None     # clip: ratio <= 1 + epsilon_high (None: epsilon); cispo: eps_max
+    delta: float | None = None            # clip: cap on the unclipped ratio
+    sapo_temperature_pos: float = 1.0     # sapo: gate temperature where A > 0
+    sapo_temperature_neg: float = 1.05    # sapo: gate temperature where A <= 0
+    vespo_k_pos: float = 2.0              # vespo: power k where A >= 0
+    vespo_lambda_pos: float = 3.0         # vespo: decay lambda where A >= 0
+    vespo_k_neg: float = 3.0              # vespo: power k where A < 0
+    vespo_lambda_neg: float = 2.0         # vespo: decay lambda where A < 0
+
+
+class PolicyTerms(NamedTuple):
+    """What a surrogate reads."""
+
+    logp: Tensor       # [N,T] log pi(token), with gradient
+    log_ratio: Tensor  # [N,T] log pi/pi_old per token
+    ratio: Tensor      # [N,T] pi/pi_old at the importance_sampling_level (log clamped before exp)
+    adv: Tensor        # [N,1] or [N,T] advantages
+    mask: Tensor       # [N,T] float, the tokens in the loss
+
+
+VESPO_LOG_W_MIN = math.log(1e-8)
+"""Lower clamp of VESPO's sequence log-weight (its reference implementation's)."""
+VESPO_LAMBDA_MIN = 1e-4
+"""Smallest VESPO decay lambda."""
+
+
+@_register_surrogate("clip")
+def clip_surrogate(t: PolicyTerms, p: SurrogateParams) -> tuple[Tensor, Tensor, Tensor]:
+    """PPO's clipped surrogate (grpo, dapo, dr_grpo, bnpo, luspo):
+        loss = -min(r' A, clip(r, 1 - epsilon, 1 + epsilon_high) A),   r' = min(r, delta) (INTELLECT-2's two-sided
+    clip; r' = r without delta). Its weight on grad log pi is -A r where the unclipped term is the min, else 0.
+    Example: r 1.5, A +1, epsilon 0.2 -> -min(1.5, 1.2) = -1.2 (weight 0), counted as clipped high."""
+    eps_high = p.epsilon if p.epsilon_high is None else p.epsilon_high
+    clipped = t.ratio.clamp(1 - p.epsilon, 1 + eps_high)              # [N,T]
+    unclipped = t.ratio.clamp(max=p.delta) if p.delta is not None else t.ratio  # [N,T]
+    loss = -torch.min(unclipped * t.adv, clipped * t.adv)             # [N,T]
+    return loss, (t.ratio < 1 - p.epsilon) & (t.adv < 0), (t.ratio > 1 + eps_high) & (t.adv > 0)
+
+
+@_register_surrogate("cispo")
+def cispo_surrogate(t: PolicyTerms, p: SurrogateParams) -> tuple[Tensor, Tensor, Tensor]:
+    """CISPO (MiniMax-M1, arXiv 2506.13585): REINFORCE with the importance weight clipped and its gradient stopped,
+        loss = -sg(min(r, eps_max)) A log pi,   eps_max = epsilon_high (ScaleRL, arXiv 2510.13786, uses 5),
+    so every token keeps a gradient, weight -A min(r, eps_max) on grad log pi, where PPO's clip drops it.
+    Example: r 6, eps_max 5, A +1, log pi -0.5 -> loss -5 x 1 x -0.5 = 2.5, weight -5, counted as clipped high."""
+    eps_max = p.epsilon if p.epsilon_high is None else p.epsilon_high
+    weight = t.ratio.clamp(max=eps_max).detach()                      # [N,T]
+    return -weight * t.adv * t.logp, torch.zeros_like(t.mask, dtype=torch.bool), (t.ratio > eps_max) & (t.adv > 0)
+
+
+@_register_surrogate("sapo")
+def sapo_surrogate(t: PolicyTerms, p: SurrogateParams) -> tuple[Tensor, Tensor, Tensor]:
+    """SAPO (Soft Adaptive Policy Optimization, arXiv 2511.20347): a smooth gate in place of the hard clip,
+        loss = -(4 / tau) sigmoid(tau (r - 1)) A,   tau = sapo_temperature_pos where A > 0, else sapo_temperature_neg.
+    Its weight on grad log pi is -A r 4 s (1 - s), s = sigmoid(tau (r - 1)): -A at r = 1, fading smoothly as r
+    leaves 1 (faster for a larger tau). Nothing is clipped.
+    Example: r 1, A +1, tau 1 -> loss -4 x 0.5 = -2, weight -1; r 2 -> weight -2 x 4 x 0.731 x 0.269 = -1.573."""
+    tau = torch.where(t.adv > 0, p.sapo_temperature_pos, p.sapo_temperature_neg)  # [N,1] or [N,T]
+    none = torch.zeros_like(t.mask, dtype=torch.bool)
+    return -torch.sigmoid(tau * (t.ratio - 1)) * 4 / tau * t.adv, none, none
+
+
+@_register_surrogate("vespo")
+def vespo_surrogate(t: PolicyTerms, p: SurrogateParams) -> tuple[Tensor, Tensor, Tensor]:
+    """VESPO (arXiv 2602.10693): REINFORCE with one weight per sequence, a Gamma-shaped function of the sequence's
+    importance ratio w = prod_t r_t (log w: the sum of its tokens' log-ratios, each clamped to +-20, then clamped to
+    [log 1e-8, 20]), stopped-gradient:
+        phi(w) = exp(lambda + k log w - lambda w)  (phi(1) = 1),   loss = -sg(phi(w)) A log pi,
+    (k, lambda) = (vespo_k_pos, vespo_lambda_pos) where A >= 0, else (vespo_k_neg, vespo_lambda_neg); lambda >= 1e-4.
+    Weight on grad log pi: -A phi(w). The ratio is always the sequence product (importance_sampling_level aside).
+    Example: log w 0 -> phi 1; log w 0.1, k 2, lambda 3 -> phi = exp(3 + 0.2 - 3 e^0.1) = 0.9851."""
+    with torch.no_grad():
+        log_w = (t.log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP) * t.mask).sum(-1, keepdim=True)  # [N,1]
+        log_w = log_w.clamp(VESPO_LOG_W_MIN, LOG_RATIO_CLAMP)                              # [N,1]
+        nonneg = t.adv >= 0                                                                # [N,1] or [N,T]
+        k = torch.where(nonneg, p.vespo_k_pos, p.vespo_k_neg)
+        lam = torch.where(nonneg, p.vespo_lambda_pos, p.vespo_lambda_neg).clamp(min=VESPO_LAMBDA_MIN)
+        phi = torch.exp(lam + k * log_w - lam * log_w.exp()).nan_to_num(0.0, 0.0, 0.0)    # [N,1] or [N,T]
+    none = torch.zeros_like(t.mask, dtype=torch.bool)
+    return -phi * t.adv * t.logp, none, none
+
+
 def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor,
                 epsilon: float = 0.2, epsilon_high: float | None = None,
-                level: str = "token", delta: float | None = None
+                level: str = "token", delta: float | None = None, surrogate: str = "clip", **params
                 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """PPO clipped surrogate per token, [N,T], and clip indicators and ratios for metrics and records.
+    """A surrogate's loss per token, [N,T], and clip indicators and ratios for metrics and records.
 
     `advantages` is per token, [N,T], or per sequence, [N] (the same value on each of its tokens). The ratio is
-    pi/pi_old per token or per sequence (`level`, a RATIOS entry), over the tokens of `mask`. Clip range is
-    [1-epsilon, 1+epsilon_high] (clip-higher, DAPO); `delta` additionally caps the unclipped ratio from
-    above (two-sided clip).
-    Example: ratio 1.5, A=+1, eps 0.2 -> loss -min(1.5, 1.2) = -1.2, counted as clipped high.
+    pi/pi_old per token or per sequence (`level`, a RATIOS entry), over the tokens of `mask`. `surrogate` is a
+    SURROGATES name; `params` are SurrogateParams fields beyond the clip's (sapo_temperature_pos, vespo_k_pos, ...).
+    Example (clip): ratio 1.5, A=+1, eps 0.2 -> loss -min(1.5, 1.2) = -1.2, counted as clipped high.
     """
     N, T = logp.shape
     assert old_logp.shape == (N, T) and mask.shape == (N, T) and advantages.shape in ((N,), (N, T))
-    eps_high = epsilon if epsilon_high is None else epsilon_high
     mask = mask.to(logp.dtype)                                        # [N,T]
-    log_ratio = get_ratio(level)(logp - old_logp, mask)               # [N,T]
+    token_log_ratio = logp - old_logp                                 # [N,T]
+    log_ratio = get_ratio(level)(token_log_ratio, mask)               # [N,T]
     ratio = torch.exp(log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))  # [N,T]
     adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages  # [N,1] or [N,T]
-    clipped = ratio.clamp(1 - epsilon, 1 + eps_high)                  # [N,T]
-    unclipped = ratio.clamp(max=delta) if delta is not None else ratio  # [N,T]
-    loss = -torch.min(unclipped * adv, clipped * adv)                 # [N,T]
+    terms = PolicyTerms(logp, token_log_ratio, ratio, adv, mask)
+    loss, low, high = get_surrogate(surrogate)(terms, SurrogateParams(epsilon, epsilon_high, delta, **params))
     stats = {
-        "clip/low": ((ratio < 1 - epsilon) & (adv < 0)).to(logp.dtype),   # [N,T]
-        "clip/high": ((ratio > 1 + eps_high) & (adv > 0)).to(logp.dtype),  # [N,T]
+        "clip/low": low.to(logp.dtype),                               # [N,T]
+        "clip/high": high.to(logp.dtype),                             # [N,T]
         "ratio": ratio.detach(),                                      # [N,T] what the surrogate used
     }
     return loss, stats
@@ -292,39 +398,60 @@ def kl_penalty(name: str, logp: Tensor, ref_logp: Tensor) -> Tensor:
 # ---------------------------------------------------------------- aggregation
 # Each rule is "sum of masked token losses in this micro-batch / a denominator fixed for the whole
 # optimizer batch", so micro-batches (gradient accumulation) add up to the full-batch loss exactly.
+class Denominators(NamedTuple):
+    """One optimizer step's counts, fixed before its forward/backward passes."""
+
+    num_sequences: int  # sequences in the step's minibatch (every rank's)
+    num_tokens: int     # their tokens in the loss (every rank's)
+    max_len: int        # max_completion_length
+    local_tokens: int   # tokens in the loss of this rank's share of the minibatch (= num_tokens on one process)
+    world: int          # data-parallel ranks whose gradients are summed
+
+
 @_register_agg("grpo")
-def agg_sequence_mean(loss: Tensor, mask: Tensor, num_sequences: int, num_tokens: int,
-                      max_len: int) -> Tensor:
+def agg_sequence_mean(loss: Tensor, mask: Tensor, d: Denominators) -> Tensor:
     """Token mean within each sequence, then mean over sequences (GRPO paper)."""
     per_seq = (loss * mask).sum(-1) / mask.sum(-1).clamp(min=1)       # [N]
-    return per_seq.sum() / max(num_sequences, 1)
+    return per_seq.sum() / max(d.num_sequences, 1)
 
 
 @_register_agg("dapo")
-def agg_token_mean(loss: Tensor, mask: Tensor, num_sequences: int, num_tokens: int,
-                   max_len: int) -> Tensor:
+def agg_token_mean(loss: Tensor, mask: Tensor, d: Denominators) -> Tensor:
     """Token mean over the whole batch (DAPO): long sequences weigh in proportion to length."""
-    return (loss * mask).sum() / max(num_tokens, 1)
+    return (loss * mask).sum() / max(d.num_tokens, 1)
+
+
+@_register_agg("bnpo")
+def agg_local_token_mean(loss: Tensor, mask: Tensor, d: Denominators) -> Tensor:
+    """Token mean over this rank's share of the batch, averaged over ranks (TRL's bnpo, normalised by the local
+    batch): sum / (local tokens x ranks), as the ranks' gradients are summed. On one process exactly dapo."""
+    return (loss * mask).sum() / max(d.local_tokens * d.world, 1)
 
 
 @_register_agg("dr_grpo")
-def agg_fixed_length(loss: Tensor, mask: Tensor, num_sequences: int, num_tokens: int,
-                     max_len: int) -> Tensor:
+def agg_fixed_length(loss: Tensor, mask: Tensor, d: Denominators) -> Tensor:
     """Token sum / (sequences * a fixed max length) (Dr. GRPO): no length bias."""
-    return (loss * mask).sum() / max(num_sequences * max_len, 1)
+    return (loss * mask).sum() / max(d.num_sequences * d.max_len, 1)
+
+
+@_register_agg("luspo")
+def agg_sequence_sum(loss: Tensor, mask: Tensor, d: Denominators) -> Tensor:
+    """Token sum within each sequence, then mean over sequences (LUSPO, arXiv 2602.05261: GSPO's sequence loss scaled
+    by the sequence's length, against its length bias). It is dr_grpo x max_len. TRL's luspo with token-level
+    ratios also averages over padding positions; aha's sums masked tokens only."""
+    return (loss * mask).sum() / max(d.num_sequences, 1)
 
 
 def aggregate(name: str, loss: Tensor, mask: Tensor, num_sequences: int | None = None,
-              num_tokens: int | None = None, max_len: int | None = None) -> Tensor:
-    """Scalar loss from per-token values [n,T]; totals default to this batch's own."""
+              num_tokens: int | None = None, max_len: int | None = None, local_tokens: int | None = None,
+              world: int = 1) -> Tensor:
+    """Scalar loss from per-token values [n,T]; totals default to this batch's own (local_tokens to num_tokens)."""
     assert loss.shape == mask.shape and loss.dim() == 2, (loss.shape, mask.shape)
     mask = mask.to(loss.dtype)
-    return get_aggregation(name)(
-        loss, mask,
-        loss.shape[0] if num_sequences is None else num_sequences,
-        int(mask.sum().item()) if num_tokens is None else num_tokens,
-        loss.shape[1] if max_len is None else max_len)
-
+    num_tokens = int(mask.sum().item()) if num_tokens is None else num_tokens
+    return get_aggregation(name)(loss, mask, Denominators(
+        loss.shape[0] if num_sequences is None else num_sequences, num_tokens,
+        loss.shape[1] if max_len is None else max_len, num_tokens if local_tokens is None else local_tokens, world))
 
 
 # ---------------------------------------------------------------- token selection
@@ -338,3 +465,32 @@ def high_entropy_mask(entropy: Tensor, mask: Tensor, keep_quantile: float) -> Te
         return valid.to(entropy.dtype)
     threshold = torch.quantile(entropy[valid].float(), 1.0 - keep_quantile)
     return (valid & (entropy >= threshold)).to(entropy.dtype)         # [n,T]
+
+
+# ---------------------------------------------------------------- entropy control
+def entropy_bonus(entropy: Tensor, mask: Tensor, kept: Tensor, num_tokens: int) -> Tensor:
+    """This pass's part of an optimizer step's mean per-token entropy H, the term of loss - entropy_coef x H (TRL's
+    entropy bonus: H is a plain token mean whatever the loss_type, so the coefficient means the same for each).
+
+    H is over the tokens the policy loss uses: `mask` [n,T] (in the loss) times `kept` [n,T] (top_entropy_quantile's
+    selection, or `mask` itself). A pass adds its mean over its kept tokens times its share of the step's
+    `num_tokens`, so the passes of a step add up to sum(entropy x mask) / num_tokens exactly when every token is kept,
+    and with top_entropy_quantile < 1 to the step's mean up to each pass keeping its own share (ties, rounding).
+    Example: entropies [1, 3] and [2] in passes of a 3-token step, all kept -> 2/3 x 2 + 1/3 x 2 = 2.
+    """
+    assert entropy.shape == mask.shape == kept.shape and entropy.dim() == 2, (entropy.shape, mask.shape, kept.shape)
+    share = mask.sum() / max(num_tokens, 1)
+    return share * (entropy * kept).sum() / kept.sum().clamp(min=1)
+
+
+def adaptive_entropy_coef(coef: float, entropy: float, target: float, delta: float, low: float, high: float) -> float:
+    """Adaptive entropy control (Skywork-OR1, arXiv 2505.22312), as TRL: after each optimizer step the coefficient
+    rises by `delta` when that step's entropy is at or below `target` and falls by it otherwise, kept in [low, high].
+    Example: coef 0.01, entropy 0.1, target 0.2, delta 0.005 -> 0.015; entropy 0.3 -> 0.005."""
+    return min(coef + delta, high) if entropy <= target else max(coef - delta, low)
+
+
+def applied_entropy_coef(coef: float, adaptive: bool, last_entropy: float, target: float) -> float:
+    """The coefficient an optimizer step applies: `coef`; under adaptive control only while the previous step's
+    entropy was at or below `target` (before any step it is taken as infinite: no bonus), else 0."""
+    return coef if not adaptive or last_entropy <= target else 0.0

@@ -116,8 +116,8 @@ def test_unknown_names_list_the_valid_ones():
         algos.compute_advantages("grpoo", torch.zeros(4), 2)
     with pytest.raises(ValueError, match=r"unknown KL estimator 'k4'.*'k1', 'k2', 'k3'"):
         algos.kl_penalty("k4", torch.zeros(1, 1), torch.zeros(1, 1))
-    with pytest.raises(ValueError, match=r"unknown loss aggregation.*'bnpo'.*'dapo'"):
-        algos.aggregate("bnpo", torch.zeros(1, 1), torch.ones(1, 1))
+    with pytest.raises(ValueError, match=r"unknown loss aggregation 'ppo'.*'bnpo'.*'dapo'"):
+        algos.aggregate("ppo", torch.zeros(1, 1), torch.ones(1, 1))
 
 
 def test_shape_asserts():

@@ -59,12 +59,12 @@ def test_cli_help_and_errors(capsys):
 @pytest.mark.parametrize("kw, msg", [
     (dict(num_generations=1), "num_generations must be >= 2"),
     (dict(num_generations=3, per_device_train_batch_size=8), "must be divisible by num_generations 3"),
-    (dict(loss_type="bnpo"), r"unknown loss aggregation \(loss_type\) 'bnpo'; valid: \['dapo', 'dr_grpo', 'grpo'\]"),
+    (dict(loss_type="ppo"), r"loss_type: unknown loss_type 'ppo'; valid: \['bnpo', 'cispo', 'dapo', 'dr_grpo', 'grpo', 'luspo', 'sapo', 'vespo'\]"),
     (dict(advantage_estimator="ppo"), r"unknown advantage estimator 'ppo'; valid: \['batch', 'batch_rewards', 'dr_grpo', 'grpo', 'grpo_process', 'rloo'\]"),
     (dict(kl_estimator="k9"), r"unknown KL estimator 'k9'; valid: \['k1', 'k2', 'k3'\]"),
 ])
 def test_config_errors(kw, msg):
-    with pytest.raises(ValueError, match=msg):
+    with pytest.raises(ConfigError, match=msg):
         GRPOConfig(**kw)
 
 

@@ -78,7 +78,7 @@ def test_token_logprobs_match_log_softmax_in_float64(dtype, monkeypatch):
     ref = ls.gather(-1, ids[..., None]).squeeze(-1)
     (ref * w.double()).sum().backward()
     assert logp.dtype == ent.dtype == torch.float32 and x.grad.dtype == dtype
-    assert logp.requires_grad and not ent.requires_grad  # the entropy is a metric, not part of the loss
+    assert logp.requires_grad and ent.requires_grad  # an entropy bonus differentiates it (tests/test_entropy.py)
     torch.testing.assert_close(logp.double(), ref.detach(), atol=1e-5, rtol=1e-6)
     torch.testing.assert_close(ent.double(), -(ls.exp() * ls).sum(-1).detach(), atol=1e-5, rtol=1e-6)
     grad_tol = 1e-6 if dtype == torch.float32 else 2**-8  # the gradient is written in the logits' dtype

@@ -227,7 +227,22 @@ class GRPOConfig(TrainConfig):
     batch_rewards (std of the batch's rewards, TRL's scale_rewards=batch), rloo (leave-one-out), grpo_process
     (DeepSeekMath's process supervision: step rewards give each token its own advantage; outcome only: grpo)."""
     loss_type: str = "dapo"
-    """Loss aggregation: grpo (per-sequence mean), dapo (batch token mean), dr_grpo (fixed length)."""
+    """TRL's loss_type, a (surrogate, aggregation) pair (aha.algos.LOSS_TYPES): grpo (clip, per-sequence mean), dapo
+    (clip, batch token mean), dr_grpo (clip, fixed length), bnpo (clip, token mean of each rank's share), luspo (clip,
+    per-sequence token sum), cispo (clipped IS weight, MiniMax-M1; epsilon_high is its eps_max), sapo (soft gate),
+    vespo (Gamma-shaped sequence weight); the table: docs/training.md."""
+    sapo_temperature_pos: float = 1.0
+    """loss_type=sapo: temperature of the soft gate on tokens with a positive advantage (arXiv 2511.20347)."""
+    sapo_temperature_neg: float = 1.05
+    """loss_type=sapo: temperature of the soft gate on tokens with a non-positive advantage."""
+    vespo_k_pos: float = 2.0
+    """loss_type=vespo: power k of the weight phi(w) = e^(lambda + k log w - lambda w) where A >= 0 (arXiv 2602.10693)."""
+    vespo_lambda_pos: float = 3.0
+    """loss_type=vespo: decay lambda of phi where A >= 0."""
+    vespo_k_neg: float = 3.0
+    """loss_type=vespo: power k of phi where A < 0."""
+    vespo_lambda_neg: float = 2.0
+    """loss_type=vespo: decay lambda of phi where A < 0."""
     mask_truncated_completions: bool = False
     """Leave completions that hit max_completion_length out of the loss (they still count in the grpo and dr_grpo
     losses' number of sequences, as in TRL)."""
@@ -276,6 +291,22 @@ class GRPOConfig(TrainConfig):
     """The a of the reference sync."""
     top_entropy_quantile: float = 1.0
     """Train the policy loss on the top share of tokens by entropy only (1.0: all tokens; 0.2 in the paper)."""
+    entropy_coef: float = 0.0
+    """Entropy bonus: the loss becomes loss - entropy_coef x H, H the mean per-token entropy over the tokens the policy
+    loss uses (after top_entropy_quantile), whatever the loss_type (TRL's). With use_adaptive_entropy: the start."""
+    use_adaptive_entropy: bool = False
+    """Adaptive entropy control (Skywork-OR1, as TRL): after each optimizer step entropy_coef rises by
+    entropy_coef_delta when that step's H is at or below entropy_target, else falls by it; the bonus applies only to
+    a step after one whose H was at or below the target. Saved in checkpoints; logged as entropy_coef."""
+    entropy_coef_min: float = 0.0
+    """Lower bound of the adaptive entropy_coef."""
+    entropy_coef_max: float = 1.0
+    """Upper bound of the adaptive entropy_coef."""
+    entropy_coef_delta: float = 0.005
+    """Step of the adaptive entropy_coef at each optimizer step."""
+    entropy_target: float = 0.2
+    """Adaptive control's target H in nats (TRL's default 0.2 acts only on a near-collapsed entropy: set it near the
+    `entropy/policy_tokens` a run logs early on)."""
     reward_fail_steps: int = 3
     """Stop the run when one reward function has raised or timed out on this many consecutive steps (0: never)."""
     reward_timeout: float = 300.0
@@ -409,14 +440,32 @@ class GRPOConfig(TrainConfig):
                               "passes on every rank) do not support: turn one of them off")
         if self.sync_ref_model and self.beta == 0:
             raise ConfigError("sync_ref_model needs a reference model: set beta > 0")
-        from .. import algos  # unknown names fail here, before any model is loaded
         from ..rollout.engines import ENGINES
         if self.engine not in ENGINES:
             raise ConfigError(f"unknown engine '{self.engine}'; valid: {sorted(ENGINES)}")
-        algos.get_advantage(self.advantage_estimator)
-        algos.get_aggregation(self.loss_type)
-        algos.get_kl(self.kl_estimator)
-        algos.get_ratio(self.importance_sampling_level)
+        self._check_loss()
+
+    def _check_loss(self) -> None:
+        """The algorithm's names (each a registry entry of aha.algos) and the numbers the loss reads."""
+        from .. import algos  # unknown names fail here, before any model is loaded
+        for key, get in (("advantage_estimator", algos.get_advantage), ("loss_type", algos.get_loss_type),
+                         ("kl_estimator", algos.get_kl), ("importance_sampling_level", algos.get_ratio)):
+            try:
+                get(getattr(self, key))
+            except ValueError as e:
+                raise ConfigError(f"{key}: {e}") from None
+        require_all(self, {
+            **{k: (math.isfinite, "a finite number") for k in (
+                "entropy_coef", "entropy_coef_min", "entropy_coef_max", "entropy_target", "vespo_k_pos", "vespo_k_neg",
+                "vespo_lambda_pos", "vespo_lambda_neg")},
+            "entropy_coef_delta": (finite(non_negative), ">= 0"),
+            "sapo_temperature_pos": (finite(positive), "> 0"),
+            "sapo_temperature_neg": (finite(positive), "> 0")})
+        if self.loss_type == "cispo" and self.epsilon_high is None:
+            raise ConfigError("loss_type=cispo caps the importance weight at epsilon_high (its eps_max; ScaleRL uses 5): "
+                              "set it (TRL falls back to epsilon, which caps every weight below 1)")
+        if self.use_adaptive_entropy and self.entropy_coef_min > self.entropy_coef_max:
+            raise ConfigError(f"entropy_coef_min {self.entropy_coef_min} > entropy_coef_max {self.entropy_coef_max}")
 
     def _check_batch(self) -> None:
         """generation_batch_size (derived when unset) against the group size, the minibatch and the engine's batch."""

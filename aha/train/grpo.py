@@ -300,7 +300,11 @@ class GRPOTrainer(Trainer):
     def _state(self) -> dict:
         state = super()._state()
         state["sampler"] = self.rollouts.sampler_state()  # prompts of steps in flight are drawn again after a resume
+        state["entropy"] = self.learner.entropy_state()  # the adaptive entropy coefficient, as TRL's checkpoints hold it
         return state
+
+    def _load_state(self, state: dict) -> None:
+        self.learner.load_entropy_state(state.get("entropy"))
 
     def save_checkpoint(self):
         self.rollouts.pull()  # with remote learners: their weights, optimizer and schedule

@@ -92,6 +92,17 @@ class Learner:
         """How the batch being trained is cut into forward/backward passes (chosen per batch by `update`)."""
         self.share = args.share_prompts
         """Whether passes share prompts: as set, or decided on the first batch (None until then)."""
+        self.entropy_on = args.entropy_coef != 0 or args.use_adaptive_entropy
+        """Whether the loss has an entropy bonus (loss - coef x H): for the whole run, even at coefficient 0."""
+        self.entropy_coef = args.entropy_coef
+        """The bonus's coefficient: entropy_coef, moved after every optimizer step under adaptive control."""
+        self.last_entropy = math.inf
+        """The last optimizer step's mean entropy over the tokens its policy loss used (inf before the first)."""
+        self._window = [0.0, 0.0]
+        """That entropy's sum and token count over the current optimizer step's passes."""
+        self.surrogate_params = {k: getattr(args, k) for k in algos.SurrogateParams._fields
+                                 if k.startswith(("sapo_", "vespo_"))}
+        """The soft surrogates' numbers (the clip's are passed on their own)."""
         rule = describe(args, self.memory, device)
         if rule and self.rank == 0:
             log.info("%s", rule)
@@ -115,32 +126,33 @@ class Learner:
         ref = self.frozen_logprobs(batch, reference=True) if a.beta > 0 else None
         clock.mark("reference")
         trainable = keep & (n_tok > 0)                                               # [N]
-        if a.skip_zero_advantage and a.beta == 0 and a.top_entropy_quantile >= 1.0:
+        if a.skip_zero_advantage and a.beta == 0 and a.top_entropy_quantile >= 1.0 and not self.entropy_on:
             trainable &= torch.tensor([bool(t.any()) for t in batch.token_advantages], dtype=torch.bool)
             # such sequences add exactly 0 to loss and gradient (the entropy quantile is taken over a pass's
-            # tokens, so it needs them all)
+            # tokens, so it needs them all; an entropy bonus has a gradient on every token)
         order_key = self._order_key(batch)
         reduce = self._all_reduce if self.world > 1 else None
-        sums, grad_norms, skipped, loss_tokens = LossSums(), [], 0, 0
+        sums, grad_norms, skipped, loss_tokens, control = LossSums(), [], 0, 0, []
         self.model.train()
         for _ in range(a.num_iterations):
             order = torch.randperm(N, generator=self.generator)
             for s in range(0, N, mb):
                 part = order[s:s + mb]
-                denom = dict(num_sequences=len(part), num_tokens=int(n_tok[part].sum()),  # masked ones count, as TRL
-                             max_len=a.max_completion_length)
-                every = sorted(part[trainable[part]].tolist(), key=order_key)
+                denom, every = self._denominators(batch, part, n_tok, trainable, order_key)
+                coef = algos.applied_entropy_coef(self.entropy_coef, a.use_adaptive_entropy, self.last_entropy,
+                                                  a.entropy_target)
                 groups = self.micro_batches(batch, self._part(every, batch.group_size, self.rank))  # little padding
                 # sharded ranks must all run as many forward/backward passes as the busiest one (FSDP collectives)
                 passes = max(len(self.micro_batches(batch, self._part(every, batch.group_size, r)))
                              for r in range(self.world)) if self.sharded else len(groups)
                 minibatch = LossSums()
                 for m in range(passes):
-                    minibatch = minibatch + (self._micro_step(batch, groups[m], keep, old, ref, denom)
+                    minibatch = minibatch + (self._micro_step(batch, groups[m], keep, old, ref, denom, coef)
                                              if m < len(groups) else self._idle_step(batch, every[0]))
                 clock.mark("policy")
                 norm = optimizer_step(a, self.model, self.optimizer, self.scheduler, minibatch.loss, reduce)
                 clock.mark("optimizer")
+                control += [self._entropy_control(coef)] if self.entropy_on else []
                 if math.isnan(norm):  # skipped (on_nonfinite=skip): its statistics describe no update
                     skipped += 1
                 else:
@@ -150,7 +162,35 @@ class Learner:
         self.sync_reference()
         sums, metrics = self._metrics(self._gather(sums), grad_norms, skipped, trainable, ref is not None, loss_tokens)
         chosen = {"perf/pass_tokens": float(self.passes.tokens), "perf/share_prompts": float(self.passes.share)}
-        return sums, {**metrics, **clock.metrics(), **chosen}
+        entropy = {k: sum(c[k] for c in control) / len(control) for k in control[0]} if control else {}
+        return sums, {**metrics, **clock.metrics(), **chosen, **entropy}
+
+    def _denominators(self, batch: GRPOBatch, part: Tensor, n_tok: Tensor, trainable: Tensor,
+                      order_key: Callable) -> tuple[dict, list[int]]:
+        """A minibatch's algos.Denominators (fixed before its passes; the tokens of sequences skipped for a zero
+        advantage count, as in TRL, which trains on them) and its trainable sequences sorted for cutting passes. This
+        rank's local batch (bnpo's) is its share of the trainable sequences and its share of the skipped ones."""
+        every = sorted(part[trainable[part]].tolist(), key=order_key)
+        idle = sorted(part[~trainable[part]].tolist(), key=order_key)
+        local = self._part(every, batch.group_size, self.rank) + self._part(idle, batch.group_size, self.rank)
+        denom = dict(num_sequences=len(part), num_tokens=int(n_tok[part].sum()), max_len=self.args.max_completion_length,
+                     local_tokens=int(n_tok[local].sum()) if local else 0, world=self.world)
+        return denom, every
+
+    def _entropy_control(self, applied: float) -> dict[str, float]:
+        """After an optimizer step: its mean entropy over the tokens its policy loss used (every rank's), and under
+        adaptive control the coefficient moved for the next step (algos.adaptive_entropy_coef, as TRL)."""
+        a, (total, count), self._window = self.args, self._window, [0.0, 0.0]
+        if self.world > 1:
+            both = torch.tensor([total, count], dtype=torch.float64)
+            torch.distributed.all_reduce(both)
+            total, count = both.tolist()
+        entropy = total / count if count else math.nan
+        if a.use_adaptive_entropy and count:  # a step that trained no token measured nothing
+            self.entropy_coef = algos.adaptive_entropy_coef(self.entropy_coef, entropy, a.entropy_target,
+                                                            a.entropy_coef_delta, a.entropy_coef_min, a.entropy_coef_max)
+            self.last_entropy = entropy
+        return {"entropy_coef": self.entropy_coef, "entropy/applied_coef": applied, "entropy/policy_tokens": entropy}
 
     def _order_key(self, batch: GRPOBatch) -> Callable[[int], tuple]:
         """Sort key of sequence i for cutting passes: its length (little padding); with share_prompts, whole
@@ -240,7 +280,7 @@ class Learner:
         return out
 
     def _micro_step(self, batch: GRPOBatch, ids: list[int], keep: Tensor, old: list[Tensor] | None,
-                    ref: list[Tensor] | None, denom: dict) -> LossSums:
+                    ref: list[Tensor] | None, denom: dict, entropy_coef: float) -> LossSums:
         """Forward, loss and backward for the sequences `ids`; returns their token sums."""
         a = self.args
         p, comps = [batch.prompt_ids[i] for i in ids], [batch.completion_ids[i] for i in ids]
@@ -254,10 +294,14 @@ class Learner:
         model_tok = stack([batch.loss_mask[i] for i in ids]).to(mask.dtype)          # [n,T] 0 on tool tokens
         mask = mask * model_tok * keep[ids].to(mask.device).unsqueeze(-1)            # [n,T] the tokens in the loss
         adv = stack([batch.token_advantages[i] for i in ids])                        # [n,T]
+        kind = algos.get_loss_type(a.loss_type)
         loss_tok, clip = algos.policy_loss(logp, old_lp, adv, mask, a.epsilon, a.epsilon_high,
-                                           a.importance_sampling_level, a.delta)     # [n,T]
+                                           a.importance_sampling_level, a.delta, kind.surrogate,
+                                           **self.surrogate_params)                   # [n,T]
+        kept = mask
         if a.top_entropy_quantile < 1.0:  # the policy term on high-entropy tokens only; KL still on all
-            loss_tok = loss_tok * algos.high_entropy_mask(ent, mask, a.top_entropy_quantile)  # [n,T]
+            kept = algos.high_entropy_mask(ent, mask, a.top_entropy_quantile)        # [n,T]
+            loss_tok = loss_tok * kept
         off = LossSums()
         stale = (batch.versions[ids] < self.version).to(logp.device)                 # [n]
         if batch.behaviour_logprobs is not None and bool(stale.any()):  # sampled by older weights
@@ -272,13 +316,16 @@ class Learner:
             kl = algos.kl_penalty(a.kl_estimator, logp, stack([ref[i] for i in ids]))  # [n,T]
             loss_tok = loss_tok + a.beta * kl                                         # [n,T]
             kl_sum = float((kl.detach() * mask).sum())
-        loss = algos.aggregate(a.loss_type, loss_tok, mask, **denom)
+        loss = algos.aggregate(kind.aggregation, loss_tok, mask, **denom)
+        if self.entropy_on:  # loss - coef x H, H the mean entropy of the tokens the policy loss uses
+            loss = loss - entropy_coef * algos.entropy_bonus(ent, mask, kept, denom["num_tokens"])
+            self._window = [self._window[0] + float((ent.detach() * kept).sum()), self._window[1] + float(kept.sum())]
         if self.recorder is not None and self.recorder.wants(self.version + 1):  # groups.jsonl: this update's values
             self.recorder.capture(ids, [len(c) for c in comps], logp, loss_tok, clip, kl, mask,
-                                  lambda t: algos.aggregate(a.loss_type, t, mask, **denom))
+                                  lambda t: algos.aggregate(kind.aggregation, t, mask, **denom))
         loss.backward()
         return off + LossSums(loss=float(loss.detach()), tokens=float(mask.sum()), kl=kl_sum,
-                              entropy=float((ent * mask).sum()), clip_low=float((clip["clip/low"] * mask).sum()),
+                              entropy=float((ent.detach() * mask).sum()), clip_low=float((clip["clip/low"] * mask).sum()),
                               clip_high=float((clip["clip/high"] * mask).sum()),
                               processed=sum(map(len, {tuple(q) for q in p} if self.passes.share else p))
                               + sum(map(len, comps)))
@@ -337,7 +384,7 @@ class Learner:
         optimizer = get_optimizer_state_dict(self.model, self.optimizer,
                                              options=StateDictOptions(full_state_dict=True))
         state = {"weights": self.trainable_state(), "optimizer": optimizer, "scheduler": self.scheduler.state_dict(),
-                 "version": self.version, "generator": self.generator.get_state()}
+                 "version": self.version, "generator": self.generator.get_state(), "entropy": self.entropy_state()}
         reference = self.reference_state()
         if reference is not None:
             state["reference"] = reference
@@ -355,6 +402,16 @@ class Learner:
         self.scheduler.load_state_dict(state["scheduler"])
         self.version = state["version"]
         self.generator.set_state(state["generator"])
+        self.load_entropy_state(state.get("entropy"))
+
+    def entropy_state(self) -> dict[str, float]:
+        """The entropy bonus's controller: its coefficient and the last step's entropy (TRL saves the same pair)."""
+        return {"entropy_coef": self.entropy_coef, "last_entropy": self.last_entropy}
+
+    def load_entropy_state(self, state: dict | None) -> None:
+        """Restore `entropy_state()`; None (a checkpoint of an older aha) keeps the configured start."""
+        if state is not None:
+            self.entropy_coef, self.last_entropy = state["entropy_coef"], state["last_entropy"]
 
 
 def _whole(p: Tensor) -> Tensor:

@@ -36,22 +36,29 @@ class TokenLogProbs(torch.autograd.Function):
             logp[part] = x.gather(-1, flat_ids[part, None]).squeeze(-1) - lse[part]
             if with_entropy:
                 entropy[part] = lse[part] - (x.softmax(-1) * x).sum(-1)
-        ctx.save_for_backward(logits, ids, lse)
+        ctx.save_for_backward(logits, ids, lse, entropy)
         ctx.temperature = temperature
-        entropy = entropy.view(ids.shape) if with_entropy else entropy
-        ctx.mark_non_differentiable(entropy)  # the returned tensor itself (a view of a marked one would not be)
-        return logp.view(ids.shape), entropy
+        ctx.set_materialize_grads(False)  # an output the loss does not use (the entropy, mostly) sends None
+        return logp.view(ids.shape), entropy.view(ids.shape) if with_entropy else entropy
 
     @staticmethod
-    def backward(ctx, grad_logp: Tensor, grad_entropy: Tensor):
-        """d logp / d logits = (onehot(id) - softmax(logits / t)) / t."""
-        logits, ids, lse = ctx.saved_tensors
+    def backward(ctx, grad_logp: Tensor | None, grad_entropy: Tensor | None):
+        """d logp / d logits = (onehot(id) - p) / t and d entropy / d logits = -p (log p + entropy) / t, with
+        p = softmax(logits / t); the entropy's term only when the loss used it (an entropy bonus)."""
+        logits, ids, lse, entropy = ctx.saved_tensors
         V, t = logits.shape[-1], ctx.temperature
-        flat, flat_ids, g = logits.reshape(-1, V), ids.reshape(-1), grad_logp.reshape(-1).float()
+        flat, flat_ids = logits.reshape(-1, V), ids.reshape(-1)
+        g = torch.zeros_like(lse) if grad_logp is None else grad_logp.reshape(-1).float()  # [N]
+        h = None if grad_entropy is None else grad_entropy.reshape(-1).float()            # [N]
         grad = torch.empty_like(flat)                                                     # [N,V]
         for part in _chunks(len(flat), V):
             x = flat[part].float()                                                        # [c,V]
-            gx = (x / t - lse[part, None]).exp_().mul_(-g[part, None])                    # -softmax * g
+            if h is None:
+                gx = (x / t - lse[part, None]).exp_().mul_(-g[part, None])                # -softmax * g
+            else:
+                logq = x / t - lse[part, None]                                            # [c,V] log p
+                p = logq.exp()
+                gx = p * -g[part, None] - h[part, None] * p * (logq + entropy[part, None])
             gx.scatter_add_(-1, flat_ids[part, None], g[part, None])
             grad[part] = gx.div_(t)
         return grad.view(logits.shape), None, None, None

@@ -430,3 +430,129 @@ def test_learn_process_supervision_refuses_bad_scores(client):
         r = client.post("/api/learn/supervision", json={"outcomes": [1, 1, 0, bad]})
         assert r.status_code == 400 and "outcomes must be a number in [-10.0, 10.0]" in r.json()["error"], bad
     assert client.post("/api/learn/supervision", json={"steps": [[1, 1, 1]] * 3 + [[1, "no", 1]]}).status_code == 400
+
+
+# ---------------------------------------------------------------- run files a careless or hostile writer left
+def strict(r):
+    """An answer parsed as a browser's JSON.parse reads it: NaN, Infinity and -Infinity are not JSON."""
+    assert r.status_code == 200, r.text[:300]
+    return json.loads(r.text, parse_constant=lambda c: pytest.fail(f"{c} in the answer: {r.text[:200]}"))
+
+
+def test_a_nan_or_infinity_in_a_run_file_is_a_gap_and_every_answer_is_strict_json(client, tmp_path):
+    run = tmp_path / "runs" / "a"
+    (run / "metrics.jsonl").write_text('{"step": 1, "loss": NaN, "reward/mean": 0.5}\n'
+                                       '{"step": 2, "loss": 0.25, "reward/mean": Infinity}\n'
+                                       '{"step": 3, "loss": -Infinity, "reward/mean": NaN}\n')  # the last line: NaN
+    (run / "config.yaml").write_text("model: tiny\nnum_generations: 2\nbeta: .nan\nlearning_rate: .inf\n")
+    first = {**GROUP["completions"][0], "advantage": math.inf}
+    first["tokens"] = {**first["tokens"], "logp": [-math.inf, -2.0]}
+    (run / "groups.jsonl").write_text(json.dumps({**GROUP, "mean": math.nan, "completions": [first]}) + "\n")
+    (run / "held_out.jsonl").write_text(json.dumps({"step": 0, "id": 7, "prompt": "2+2=", "answer": "4",
+                                                    "greedy": "4", "correct": True, "score": math.nan}) + "\n")
+    m = strict(client.get("/api/metrics?run=a"))
+    assert m["step"] == [1, 2, 3] and m["bad"] == []
+    assert m["series"]["loss"] == [None, 0.25, None] and m["series"]["reward/mean"] == [0.5, None, None]
+    assert strict(client.get(f"/api/metrics?run=a&offset={len(run.joinpath('metrics.jsonl').read_bytes()) - 60}"))
+    runs = {r["id"]: r for r in strict(client.get("/api/runs"))["runs"]}
+    assert set(runs) == {"a", "sub/b"} and runs["sub/b"]["last"]["reward/mean"] == pytest.approx(0.3)  # every run
+    assert runs["a"]["steps"] == 3 and runs["a"]["last"]["reward/mean"] is None  # the last value, a gap: not 0.5
+    assert runs["a"]["config"]["beta"] is None and runs["a"]["config"]["learning_rate"] is None
+    g = strict(client.get("/api/groups?run=a"))["groups"][0]
+    assert g["mean"] is None and g["completions"][0]["advantage"] is None
+    assert g["completions"][0]["tokens"]["logp"] == [None, -2.0]
+    aha = strict(client.get("/api/aha?run=a"))
+    assert aha["steps"][0]["reflective"] == 1 and aha["held_out"]["problems"][0]["by_step"]["0"]["correct"]
+    assert "beta" in strict(client.get("/api/config_diff?runs=a,sub/b"))["differ"]
+
+
+def _lines_of(entries):
+    return [(e["file"], e["line"]) for e in entries]
+
+
+def test_a_malformed_line_is_reported_with_its_file_and_line_and_the_rest_is_served(client, tmp_path):
+    run = tmp_path / "runs" / "a"
+    deep = "[" * 100_000 + "]" * 100_000  # nested past any parser's depth
+    (run / "metrics.jsonl").write_text("\n".join([
+        '{"step": 1, "reward/mean": 0.1}', "{not json", "[1, 2]", '{"step": "x", "reward/mean": 9}',
+        '{"step": 2, "reward/mean": 0.2}', deep, '{"step": 3, "reward/mean": 0.3}', '{"step": true}']) + "\n")
+    m = strict(client.get("/api/metrics?run=a"))
+    assert m["step"] == [1, 2, 3] and m["series"]["reward/mean"] == [0.1, 0.2, 0.3]
+    assert _lines_of(m["bad"]) == [("metrics.jsonl", n) for n in (2, 3, 4, 6, 8)]
+    assert [b["error"] for b in m["bad"]][1:3] == ["metrics.jsonl line 3: not a JSON object",
+                                                   "metrics.jsonl line 4: step is not an integer"]
+    assert m["bad"][0]["text"] == "{not json" and m["bad"][3]["error"].endswith("nested too deep")
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write('{"step": 4, "reward/mean": 0.4}\n{"step": 5, "reward/mean": [0.5]\n')  # read on from the offset
+    more = strict(client.get(f"/api/metrics?run=a&offset={m['offset']}"))
+    assert more["step"] == [4] and _lines_of(more["bad"]) == [("metrics.jsonl", 10)]
+    c0 = GROUP["completions"][0]
+    shapes = [{"completions": "x"}, {"completions": [None]}, {"completions": [{**c0, "text": 7}]},
+              {"completions": [{**c0, "tokens": {"piece": "2 wait"}}]}, {"reward_names": "math"},
+              {"completions": [{**c0, "turns": [{"role": "tool", "calls": "x"}]}]}]
+    (run / "groups.jsonl").write_text("\n".join([
+        json.dumps(GROUP), *[json.dumps({**GROUP, **s}) for s in shapes],                      # lines 1-7
+        "garbage", '{"step": 2, "group": 5, broken', '{"step": 2, "x": ' + deep + "}",        # lines 8-10
+        json.dumps({**GROUP, "step": 3}, separators=(",", ":"))]) + "\n")                     # line 11: another writer
+    got = strict(client.get("/api/groups?run=a&step=2"))
+    assert got["steps"] == [2, 3] and got["groups"][0]["completions"][0]["text"] == "2 wait"
+    errors = got["groups"][1:]
+    assert _lines_of(errors) == [("groups.jsonl", n) for n in (2, 3, 4, 5, 6, 7, 9, 10)]
+    assert all(e["error"].startswith(f"groups.jsonl line {e['line']}: ") for e in errors)
+    assert "completions" in errors[0]["error"] and "text" in errors[2]["error"] and "reward_names" in errors[4]["error"]
+    assert _lines_of(got["bad"]) == [("groups.jsonl", 8)]  # a line of no step: shown with every step
+    assert strict(client.get("/api/groups?run=a&step=3"))["groups"][0]["group"] == 0
+    (run / "held_out.jsonl").write_text("\n".join([
+        json.dumps({"step": 0, "id": 7, "prompt": "2+2=", "answer": "4", "greedy": "5", "correct": False}),
+        json.dumps({"step": 0, "id": [7], "greedy": "4"}), json.dumps({"step": "x", "id": 8}), "[]",
+        json.dumps({"step": 10, "id": 7, "prompt": "2+2=", "answer": "4", "greedy": "4", "correct": True})]) + "\n")
+    aha = strict(client.get("/api/aha?run=a"))
+    assert aha["steps"] == [{"step": 2, "completions": 2, "reflective": 1, "example": "2 wait"},
+                            {"step": 3, "completions": 2, "reflective": 1, "example": "2 wait"}]
+    assert _lines_of(aha["bad"]) == [("groups.jsonl", n) for n in (2, 3, 4, 5, 6, 7, 8, 9, 10)]
+    assert _lines_of(aha["held_out"]["bad"]) == [("held_out.jsonl", n) for n in (2, 3, 4)]
+    assert aha["held_out"]["steps"] == [0, 10] and len(aha["held_out"]["problems"]) == 1
+    assert {r["id"] for r in strict(client.get("/api/runs"))["runs"]} == {"a", "sub/b"}
+
+
+PNG = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+                    "1f15c4890000000d49444154789c6360000002000100e527de780000000049454e44ae426082")
+"""A 1x1 PNG image."""
+
+
+def test_run_files_are_served_inert_and_only_of_the_types_the_pages_link(client, tmp_path):
+    run = tmp_path / "runs" / "a"
+    live = {"evil.html": "<script>fetch('/api/runs')</script>", "evil.htm": "<script></script>",
+            "evil.svg": '<svg xmlns="http://www.w3.org/2000/svg"><script>fetch("/api/runs")</script></svg>',
+            "evil.js": "fetch('/api/runs')", "evil.xhtml": "<html/>", "notes.txt": "x", "metrics.PNG": "x",
+            "groups.jsonl.html": "<script></script>"}
+    for name, text in live.items():
+        (run / name).write_text(text)
+    (run / "metrics.png").write_bytes(PNG)
+    (run / "fake.png").write_text("<html><script>fetch('/api/runs')</script></html>")  # HTML named .png
+    (run / "notes.md").write_text("<script>fetch('/api/runs')</script>")
+    for name in (*live, "groups.jsonl"):
+        r = client.get(f"/api/file?run=a&path={name}")
+        assert r.status_code == 403 and "are served" in r.json()["error"], name
+    listed = {r["id"]: r for r in client.get("/api/runs").json()["runs"]}["a"]["files"]
+    assert listed == ["config.yaml", "fake.png", "metrics.png", "notes.md", "summary.json"]  # what the Runs page links
+    for name in listed:
+        r = client.get(f"/api/file?run=a&path={name}")
+        assert r.status_code == 200 and r.headers["x-content-type-options"] == "nosniff", name
+        assert "default-src 'none'" in r.headers["content-security-policy"] and "sandbox" in r.headers[
+            "content-security-policy"], name
+        if name.endswith(".png"):  # shown in a tab, as an image only
+            assert r.headers["content-type"] == "image/png" and "content-disposition" not in r.headers
+        else:
+            assert r.headers["content-disposition"].startswith("attachment"), name
+            assert r.headers["content-type"].split(";")[0] in ("application/json", "text/plain"), name
+    assert client.get("/api/file?run=a&path=metrics.png").content == PNG
+
+
+def test_the_apps_own_pages_and_answers_are_sent_with_nosniff_and_a_csp(client):
+    for path in ("/", "/static/app.js", "/static/vendor/uPlot.min.css", "/api/runs", "/api/file?run=a&path=x.html"):
+        r = client.get(path)
+        csp = r.headers.get("content-security-policy", "")
+        assert r.headers.get("x-content-type-options") == "nosniff", path
+        assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp or "default-src 'none'" in csp, path
+        assert "unsafe-eval" not in csp and "script-src 'self' 'unsafe-inline'" not in csp, path

@@ -808,3 +808,50 @@ def test_the_aha_tracker_draws_what_the_checks_did_and_shows_the_moment_side_by_
     assert "No held-out problem was fixed by a reflection in this run" in note.text
     assert not driver.find_elements("id", "aha-moment") and _chart(driver, "check/correction_rate")
     assert not console_errors(driver)
+
+
+def test_a_bad_line_is_a_note_by_its_number_beside_the_rest_and_run_files_open_inert(driver, tmp_path, shots):
+    """A NaN is a gap in its curve; a malformed line is a note naming its file and line beside the groups that are
+    well-formed; a run's image opens as an image, its .html never runs; the pages run under their policy (no eval)."""
+    _own_runs()
+    import json
+
+    from test_dashboard import GROUP, PNG
+    from aha.config import DashboardConfig
+    from aha.dashboard import build_app
+    from aha.dashboard.server import Server
+    run = _write_run(tmp_path / "runs" / "r")
+    (run / "metrics.jsonl").write_text('{"step": 1, "reward/mean": 0.1}\n{"step": 2, "reward/mean": NaN}\n'
+                                       '{"step": "x"}\n{"step": 3, "reward/mean": 0.3}\n')
+    (run / "groups.jsonl").write_text(f'{{"step": 2, "mean": NaN, {json.dumps(GROUP)[1:]}\n'
+                                      '{"step": 2, "group": 1, "completions": "x"}\ngarbage\n')
+    (run / "plot.png").write_bytes(PNG)
+    (run / "evil.html").write_text("<script>document.title = 'ran'</script>")
+    (run / "evil.png").write_text("<html><script>document.title = 'ran'</script></html>")
+    server = Server(build_app(DashboardConfig(runs_root=str(tmp_path / "runs"), playground_dir=str(tmp_path / "pg"))))
+    url = server.start()
+    notes = lambda: [e.text for e in driver.find_elements("css selector", ".bad-line")]  # noqa: E731
+    try:
+        open_page(driver, url, "curves?runs=r")
+        _js_wait(driver, "return window.ahaCharts.some(c => c.key === 'reward/mean')", "the curve")
+        assert _chart(driver, "reward/mean")["data"][1] == [0.1, None, 0.3]  # NaN: a gap
+        assert any("metrics.jsonl line 3: step is not an integer" in n for n in notes())
+        open_page(driver, url, "groups?run=r")
+        wait_for(lambda: driver.find_elements("css selector", ".group"), what="the well-formed group")
+        assert notes() == ["r: groups.jsonl line 3: not JSON: Expecting value; skipped: garbage",  # of no step
+                           "groups.jsonl line 2: completions is not a list of objects"]  # in place of its group
+        driver.save_screenshot(str(shots / "groups_bad_lines.png"))
+        open_page(driver, url, "aha?run=r")
+        assert any("groups.jsonl line 2" in n for n in notes()) and "2 wait" in driver.find_element("id", "aha-table").text
+        assert not console_errors(driver)
+        assert driver.execute_script("const s = document.createElement('script'); s.textContent = 'window.inline = 1'; "
+                                     "document.head.append(s); return window.inline === undefined")  # no inline script
+        driver.get(f"{url}/api/file?run=r&path=plot.png")
+        assert wait_for(lambda: driver.execute_script(
+            "const i = document.images[0]; return i && i.complete ? i.naturalWidth : 0"), what="the image") == 1
+        for name in ("evil.html", "evil.png"):
+            driver.get(f"{url}/api/file?run=r&path={name}")
+            time.sleep(0.3)
+            assert driver.title != "ran", name
+    finally:
+        server.stop()

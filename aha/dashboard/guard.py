@@ -13,6 +13,11 @@ the CORS preflight) and, by DNS rebinding (evil.example re-pointed at 127.0.0.1)
   and those could send any header they liked anyway.
 - Content type: such a request must say application/json (415). A browser cannot send that cross-site
   without a preflight, which this server never grants.
+
+And what every answer carries (Inert): `X-Content-Type-Options: nosniff`, so that a browser reads each answer as the
+type it is sent as, and a Content-Security-Policy: the pages' own (APP_CSP: scripts and styles only from this
+server, no inline script, no eval, no framing), or for a run's file the inert FILE_CSP (no script, no requests, a
+sandbox), so that a file written into a run folder never runs as this dashboard.
 """
 
 from __future__ import annotations
@@ -20,12 +25,18 @@ from __future__ import annotations
 import ipaddress
 import socket
 
+from starlette.datastructures import MutableHeaders
 from starlette.responses import JSONResponse
 
 LOCAL_NAMES = ("localhost", "127.0.0.1", "::1")
 WILDCARD_BINDS = ("0.0.0.0", "::", "")
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 JSON_TYPE = "application/json"
+APP_CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+           "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+"""The pages' policy. Inline styles are allowed: the pages set colours and widths in style attributes."""
+FILE_CSP = "default-src 'none'; style-src 'unsafe-inline'; sandbox"
+"""A run file's policy: nothing loads or runs (the inline style is the browser's own image view's)."""
 
 
 def host_name(value: str) -> str | None:
@@ -98,3 +109,20 @@ class Guard:
                 await JSONResponse({"error": refused[1]}, status_code=refused[0])(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+class Inert:
+    """ASGI middleware: every answer with `nosniff` and a Content-Security-Policy (APP_CSP where the handler set
+    none)."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        async def send_inert(message):
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                headers["X-Content-Type-Options"] = "nosniff"
+                headers.setdefault("Content-Security-Policy", APP_CSP)
+            await send(message)
+        await self.app(scope, receive, send_inert if scope["type"] == "http" else send)

@@ -17,7 +17,9 @@ from pathlib import Path
 
 import yaml
 
-from ..behaviour import first_fixes
+from ..behaviour import first_fixes, phrase_pattern
+from .lines import (SHOWN_CHARS, bad_line, group_problem, held_out_problem, parse_line, read_jsonl, read_metrics,
+                    step_problem)
 from .text import prompt_text
 
 METRICS = "metrics.jsonl"
@@ -27,8 +29,6 @@ RUN_MARKERS = ("metrics.jsonl", "config.yaml", "demo_config.yaml")
 """A directory holding one of these is a run."""
 SEARCH_DEPTH = 3
 """How deep under the runs root runs are looked for (runs/demo/grpo is depth 2)."""
-SHOWN_CHARS = 200
-"""How much of a bad or partial line is shown."""
 HEADLINE_KEYS = ("reward/mean", "eval/accuracy", "completion/len_mean", "behaviour/reflection_rate", "perf/step_s")
 CONFIG_KEYS = ("model", "task", "num_generations", "learning_rate", "beta", "epsilon", "loss_type",
                "advantage_estimator", "max_steps")
@@ -128,42 +128,9 @@ def read_config(run_dir: Path) -> dict:
             try:
                 data = yaml.safe_load(path.read_text())
                 return data if isinstance(data, dict) else {"error": f"{name} is not a mapping"}
-            except (OSError, yaml.YAMLError, UnicodeDecodeError) as e:
+            except (OSError, yaml.YAMLError, UnicodeDecodeError, RecursionError) as e:
                 return {"error": f"{name}: {e}"}
     return {}
-
-
-def read_jsonl(path: Path, offset: int = 0) -> dict:
-    """Whole JSON lines of `path` from byte `offset`: {"rows", "offset" (where the next read starts), "bad"
-    (lines that are not a JSON object), "partial" (a last line with no newline yet: being written, or torn),
-    "reset" (the file shrank below `offset`, e.g. rewritten on resume: read again from 0)}."""
-    out: dict = {"rows": [], "offset": offset, "bad": [], "partial": None, "reset": False}
-    try:
-        with open(path, "rb") as f:
-            size = f.seek(0, os.SEEK_END)
-            if offset > size:
-                out["reset"], offset = True, 0
-            f.seek(offset)
-            data = f.read()
-    except OSError as e:
-        out["error"] = f"{path.name}: {e.strerror or e}"
-        return out
-    end = data.rfind(b"\n") + 1
-    if end < len(data):
-        out["partial"] = {"bytes": len(data) - end, "text": data[end:end + SHOWN_CHARS].decode("utf-8", "replace")}
-    at = offset
-    for line in data[:end].split(b"\n")[:-1]:
-        try:
-            row = json.loads(line)
-            if not isinstance(row, dict):
-                raise ValueError("not an object")
-            out["rows"].append(row)
-        except ValueError:
-            if line.strip():
-                out["bad"].append({"at_byte": at, "text": line[:SHOWN_CHARS].decode("utf-8", "replace")})
-        at += len(line) + 1
-    out["offset"] = offset + end
-    return out
 
 
 def columns(rows: list[dict]) -> dict:
@@ -175,7 +142,7 @@ def columns(rows: list[dict]) -> dict:
     return {"step": steps, "series": series}
 
 
-def summary(run_id: str, run_dir: Path, read=read_jsonl) -> dict:
+def summary(run_id: str, run_dir: Path, read=read_metrics) -> dict:
     """One line of the Runs page: config highlights, steps, last value of each headline metric. `read(path,
     offset)` reads the metrics (a MetricsCache's read shares the parse with the Curves page)."""
     cfg = read_config(run_dir)
@@ -200,7 +167,7 @@ def stage(run_dir: Path, cfg: dict) -> str:
     "grpo" or "sft" from the saved config's fields, else ""."""
     done = safe_file(run_dir, "done.json")
     if done is not None:
-        with contextlib.suppress(OSError, ValueError, AttributeError):
+        with contextlib.suppress(OSError, ValueError, AttributeError, RecursionError):
             return str(json.loads(done.read_text()).get("type") or "")
     if safe_file(run_dir, "demo_config.yaml"):
         return "demo"
@@ -229,66 +196,92 @@ def config_diff(configs: dict[str, dict]) -> dict:
             "same": len(keys) - len(differ), "errors": errors}
 
 
+SERVED_FILES = {".json": "application/json", ".md": "text/plain; charset=utf-8", ".png": "image/png",
+                ".yaml": "text/plain; charset=utf-8"}
+"""The run files the Runs page links, each with the type it is served as: /api/file serves these types only."""
+SHOWN_INLINE = (".png",)
+"""Served to be shown in a tab (an image, under a sandbox); every other type is served as a download."""
+
+
 def _files(run_dir: Path) -> list[str]:
     try:
         return sorted(p.name for p in run_dir.iterdir()
-                      if p.suffix in (".json", ".md", ".png", ".yaml") and safe_file(run_dir, p.name))
+                      if (real := safe_file(run_dir, p.name)) is not None and real.suffix in SERVED_FILES)
     except OSError:
         return []
 
 
 class GroupIndex:
-    """Step -> byte offsets of its lines in groups.jsonl, extended as the file grows (read only once)."""
+    """Step -> (byte offset, line number) of its lines in groups.jsonl, extended as the file grows (each line read
+    once); a line that names no step is kept as a bad line (lines.bad_line)."""
 
     def __init__(self):
-        self.cache: dict[Path, tuple[int, dict[int, list[int]]]] = {}
+        self.cache: dict[Path, tuple[int, int, dict[int, list[tuple[int, int]]], list[dict]]] = {}
         self.lock = threading.Lock()
 
-    def steps(self, path: Path) -> dict[int, list[int]]:
+    def read(self, path: Path) -> tuple[dict[int, list[tuple[int, int]]], list[dict]]:
+        """(step -> [(byte offset, line number)], the bad lines of no step), read on from where the last read ended."""
         with self.lock:
-            done, index = self.cache.get(path, (0, {}))
+            done, count, index, bad = self.cache.get(path, (0, 0, {}, []))
             try:
-                size = path.stat().st_size
+                if path.stat().st_size < done:
+                    done, count, index, bad = 0, 0, {}, []
+                with open(path, "rb") as f:
+                    f.seek(done)
+                    for line in f:
+                        if not line.endswith(b"\n"):
+                            break
+                        count += 1
+                        step = _step_of(line) if line.strip() else None
+                        if isinstance(step, int):
+                            index.setdefault(step, []).append((done, count))
+                        elif step is not None:
+                            bad.append(bad_line(path, count, done, line.rstrip(b"\n"), step))
+                        done += len(line)
             except OSError:
-                return {}
-            if size < done:
-                done, index = 0, {}
-            with open(path, "rb") as f:
-                f.seek(done)
-                for line in f:
-                    if not line.endswith(b"\n"):
-                        break
-                    m = _STEP_PREFIX.match(line)
-                    if m:
-                        index.setdefault(int(m.group(1)), []).append(done)
-                    done += len(line)
-            self.cache[path] = (done, index)
-            return index
+                return {}, []
+            self.cache[path] = (done, count, index, bad)
+            return index, bad
+
+    def steps(self, path: Path) -> dict[int, list[tuple[int, int]]]:
+        return self.read(path)[0]
 
     def groups(self, path: Path, step: int) -> list[dict]:
+        """The records of `step`; one that is not JSON or not of the pages' shape is its bad_line instead."""
         out = []
-        with open(path, "rb") as f:
-            for at in self.steps(path).get(step, []):
+        with contextlib.suppress(OSError), open(path, "rb") as f:
+            for at, n in self.steps(path).get(step, []):
                 f.seek(at)
-                try:
-                    out.append(json.loads(f.readline()))
-                except ValueError:
-                    out.append({"error": f"line at byte {at} is not JSON"})
+                line = f.readline().rstrip(b"\n")
+                row, why = parse_line(line, group_problem)
+                out.append(row if row is not None else bad_line(path, n, at, line, why))
         return out
 
 
-def reflection_by_step(path: Path | None, phrases: list[str], index: GroupIndex) -> list[dict]:
-    """For each recorded step: recorded completions, how many hold a reflection phrase, and the first one."""
-    from ..behaviour import phrase_pattern
-    pattern, out = phrase_pattern(phrases), []
+def _step_of(line: bytes) -> int | str:
+    """The step of a groups.jsonl line (read from its first bytes as json.dumps writes them), or why it has none."""
+    m = _STEP_PREFIX.match(line)
+    if m:
+        return int(m.group(1))
+    row, why = parse_line(line, step_problem)
+    return row["step"] if row is not None else why
+
+
+def reflection_by_step(path: Path | None, phrases: list[str], index: GroupIndex) -> tuple[list[dict], list[dict]]:
+    """For each recorded step: recorded completions, how many hold a reflection phrase, and the first one; and the
+    bad lines of the file (by line number), whose completions are not counted."""
+    pattern, out, bad = phrase_pattern(phrases), [], []
     if path is None or not path.is_file():
-        return out
-    for step in sorted(index.steps(path)):
-        texts = [c.get("text", "") for g in index.groups(path, step) for c in g.get("completions", [])]
+        return out, bad
+    steps, bad = index.read(path)
+    for step in sorted(steps):
+        groups = index.groups(path, step)
+        bad = bad + [g for g in groups if "error" in g]
+        texts = [c.get("text", "") for g in groups if "error" not in g for c in g["completions"]]
         hits = [t for t in texts if pattern.search(t)]
         out.append({"step": step, "completions": len(texts), "reflective": len(hits),
                     "example": hits[0][:SHOWN_CHARS] if hits else None})
-    return out
+    return out, sorted(bad, key=lambda b: b["line"])
 
 
 class MetricsCache:
@@ -300,15 +293,15 @@ class MetricsCache:
         self.lock = threading.Lock()
 
     def read(self, path: Path, offset: int) -> dict:
-        """As read_jsonl(path, offset); served from the cache when `offset` is 0."""
+        """As read_metrics(path, offset); served from the cache when `offset` is 0."""
         if offset:
-            return read_jsonl(path, offset)
+            return read_metrics(path, offset)
         with self.lock:
             done, rows, bad = self.cache.get(path, (0, [], []))
-            got = read_jsonl(path, done)
+            got = read_metrics(path, done)
             if got["reset"]:
                 done, rows, bad = 0, [], []
-                got = read_jsonl(path, 0)
+                got = read_metrics(path, 0)
             rows, bad = rows + got["rows"], bad + got["bad"]
             self.cache[path] = (got["offset"], rows, bad)
             return {**got, "rows": rows, "bad": bad, "reset": False}
@@ -317,11 +310,9 @@ class MetricsCache:
 def held_out_table(path: Path | None) -> dict:
     """held_out.jsonl -> {"steps": [...], "problems": [{id, prompt, answer, by_step: {step: {greedy, correct}}}]},
     the same problems answered at each evaluation, side by side."""
-    got = read_jsonl(path) if path is not None and path.is_file() else {"rows": [], "bad": []}
+    got = read_jsonl(path, 0, held_out_problem) if path is not None and path.is_file() else {"rows": [], "bad": []}
     steps, problems = set(), {}
     for row in got["rows"]:
-        if not isinstance(row.get("step"), int):
-            continue
         steps.add(row["step"])
         key = str(row.get("id"))
         entry = problems.setdefault(key, {"id": row.get("id"), "prompt": row.get("prompt"), "answer": row.get("answer"),
@@ -339,7 +330,7 @@ def aha_moments(path: Path | None) -> dict:
 
     E.g. problem 7 answered "5" at step 0 and "so 3 check: ... wait 4" (right) at step 10 -> one moment at step 10.
     """
-    rows = read_jsonl(path)["rows"] if path is not None and path.is_file() else []
+    rows = read_jsonl(path, 0, held_out_problem)["rows"] if path is not None and path.is_file() else []
     rows = sorted((r for r in rows if isinstance(r.get("step"), int) and "id" in r), key=lambda r: r["step"])
     by_problem: dict = {}
     for r in rows:

@@ -3,14 +3,17 @@ Learn GRPO explainer, plus the static page.
 
 Safety: it binds 127.0.0.1 unless told otherwise; it answers only to a local or configured Host and takes
 state-changing requests only as JSON from its own page (guard.py: no cross-site POST, no DNS rebinding); runs
-are addressed by id and files only inside a known run's directory, never through a link out of it; the only
-job a request can start is the bounded playground; a file that cannot be read is an error in the answer,
-never a crash of the server.
+are addressed by id and files only inside a known run's directory, never through a link out of it, and only of
+the types the Runs page links, inert (a download, or an image under a sandbox); the only job a request can
+start is the bounded playground; a file that cannot be read is an error in the answer, never a crash of the
+server, and a bad line of a run file is reported by its number while the rest is served. Every answer is strict
+JSON: NaN and Infinity (which Python writes and browsers refuse) are served as null, a gap.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import threading
 from pathlib import Path
@@ -23,12 +26,13 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from . import explain, supervision, toy
-from .guard import Guard
+from .guard import FILE_CSP, Guard, Inert
 from .playground import Playground
 from .text import prompt_text
 from ..behaviour import DEFAULT_REFLECTION_PHRASES
-from .runs import (GROUPS, HELD_OUT, METRICS, GroupIndex, MetricsCache, RunRegistry, aha_moments, columns, config_diff,
-                   held_out_table, read_config, reflection_by_step, safe_file, summary)
+from .runs import (GROUPS, HELD_OUT, METRICS, SERVED_FILES, SHOWN_INLINE, GroupIndex, MetricsCache, RunRegistry,
+                   aha_moments, columns, config_diff, held_out_table, read_config, reflection_by_step, safe_file,
+                   summary)
 
 log = logging.getLogger("aha.dashboard")
 STATIC = Path(__file__).parent / "static"
@@ -40,8 +44,19 @@ MAX_DIFF_RUNS = 8
 """Most runs whose configs are compared at once."""
 
 
+class StrictJSON(JSONResponse):
+    """A JSON answer a browser can parse: a NaN or an Infinity (from a run file, a config) is served as null, a gap.
+    Only an answer holding one is encoded twice."""
+
+    def render(self, content) -> bytes:
+        try:
+            return super().render(content)  # strict: refuses NaN and Infinity
+        except ValueError:  # json writes them as bare words, which JSON.parse refuses: read back as null
+            return super().render(json.loads(json.dumps(content), parse_constant=lambda word: None))
+
+
 def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
+    return StrictJSON({"error": message}, status_code=status)
 
 
 def _run(request: Request, registry: RunRegistry) -> tuple[str, Path] | JSONResponse:
@@ -65,7 +80,7 @@ def _post(fn):
         except ValueError:
             return _error(400, "the body must be JSON")
         try:
-            return JSONResponse(fn(body if isinstance(body, dict) else {}))
+            return StrictJSON(fn(body if isinstance(body, dict) else {}))
         except explain.BadInput as e:
             return _error(400, str(e))
     return handler
@@ -87,8 +102,8 @@ class Api:
         """Every run with its summary; `root` and `given` say where runs were looked for, `empty` which given folders
         hold none (yet), so that the page can say why it shows nothing."""
         reg = self.registry
-        return JSONResponse({"runs": [summary(i, p, self.cache.read) for i, p in reg.runs().items()],
-                             "root": str(reg.root), "given": [str(d) for d in reg.fixed], "empty": reg.empty()})
+        return StrictJSON({"runs": [summary(i, p, self.cache.read) for i, p in reg.runs().items()],
+                           "root": str(reg.root), "given": [str(d) for d in reg.fixed], "empty": reg.empty()})
 
     async def config_diff(self, request: Request):
         """?runs=A,B: the config keys on which the runs differ, each run's value."""
@@ -97,7 +112,7 @@ class Api:
         missing = [i for i, p in found.items() if p is None]
         if missing:
             return _error(404, f"no run {missing[0]!r}")
-        return JSONResponse(config_diff({i: read_config(p) for i, p in found.items()}))
+        return StrictJSON(config_diff({i: read_config(p) for i, p in found.items()}))
 
     async def metrics(self, request: Request):
         """?run=ID&offset=BYTES: the metric rows written since `offset`, as columns, with bad or partial lines."""
@@ -106,21 +121,23 @@ class Api:
             return found
         run_id, file = found[0], safe_file(found[1], METRICS)
         if file is None:
-            return JSONResponse({"run": run_id, "offset": 0, "step": [], "series": {}, "bad": [], "partial": None,
-                                 "reset": False, "missing": True})
+            return StrictJSON({"run": run_id, "offset": 0, "step": [], "series": {}, "bad": [], "partial": None,
+                               "reset": False, "missing": True})
         got = self.cache.read(file, _int(request, "offset", 0))
         rows = got.pop("rows")
-        return JSONResponse({"run": run_id, **got, **columns(rows)})
+        return StrictJSON({"run": run_id, **got, **columns(rows)})
 
     async def groups(self, request: Request):
-        """?run=ID: the steps that have group records; with &step=S, that step's groups."""
+        """?run=ID: the steps that have group records; with &step=S, that step's groups (a bad line of the step is its
+        error in place of a group); `bad`: the lines of no step."""
         found = _run(request, self.registry)
         if isinstance(found, JSONResponse):
             return found
         run_id, file = found[0], safe_file(found[1], GROUPS)
         if file is None:
-            return JSONResponse({"run": run_id, "steps": [], "groups": [], "missing": True})
-        steps = sorted(self.index.steps(file))
+            return StrictJSON({"run": run_id, "steps": [], "groups": [], "bad": [], "missing": True})
+        index, bad = self.index.read(file)
+        steps = sorted(index)
         step = _int(request, "step", steps[-1] if steps else 0)
         groups = self.index.groups(file, step) if step in steps else []
         for g in groups:
@@ -128,33 +145,42 @@ class Api:
             for c in g.get("completions") or []:  # an agent's episode: its own prompt, after its environment's reset
                 if isinstance(c, dict) and "prompt" in c:
                     c["prompt_text"] = prompt_text(c["prompt"])
-        return JSONResponse({"run": run_id, "steps": steps, "step": step, "groups": groups})
+        return StrictJSON({"run": run_id, "steps": steps, "step": step, "groups": groups, "bad": bad})
 
     async def aha(self, request: Request):
         """?run=ID: reflection phrases in the recorded completions, step by step (the run's own phrase list), the
-        greedy answers to the same held-out problems at each evaluation, and the problems a reflection fixed."""
+        greedy answers to the same held-out problems at each evaluation, and the problems a reflection fixed; `bad`:
+        the lines of groups.jsonl left out (held_out.jsonl's are in `held_out`)."""
         found = _run(request, self.registry)
         if isinstance(found, JSONResponse):
             return found
-        phrases = read_config(found[1]).get("reflection_phrases") or list(DEFAULT_REFLECTION_PHRASES)
-        return JSONResponse({"run": found[0], "phrases": phrases,
-                             "steps": reflection_by_step(safe_file(found[1], GROUPS), phrases, self.index),
-                             "held_out": held_out_table(safe_file(found[1], HELD_OUT)),
-                             "moments": aha_moments(safe_file(found[1], HELD_OUT))})
+        phrases = read_config(found[1]).get("reflection_phrases")
+        if not (phrases and isinstance(phrases, list) and all(isinstance(p, str) for p in phrases)):
+            phrases = list(DEFAULT_REFLECTION_PHRASES)  # none saved, or not a list of words: the defaults, named
+        steps, bad = reflection_by_step(safe_file(found[1], GROUPS), phrases, self.index)
+        return StrictJSON({"run": found[0], "phrases": phrases, "steps": steps, "bad": bad,
+                           "held_out": held_out_table(safe_file(found[1], HELD_OUT)),
+                           "moments": aha_moments(safe_file(found[1], HELD_OUT))})
 
     async def file(self, request: Request):
-        """?run=ID&path=REL: a file inside the run's directory; anything outside it is refused (403)."""
+        """?run=ID&path=REL: a file inside the run's directory, of a type the Runs page links (runs.SERVED_FILES), as
+        that type and inert (guard.FILE_CSP): an image to be shown, anything else a download. Anything outside the
+        run, or of another type (.html, .svg, .js: pages that would run as this dashboard), is refused (403)."""
         found = _run(request, self.registry)
         if isinstance(found, JSONResponse):
             return found
         target = safe_file(found[1], request.query_params.get("path", ""))
         if target is None:
             return _error(403, "only files inside the run directory are served")
-        return FileResponse(target)
+        if target.suffix not in SERVED_FILES:
+            return _error(403, f"only {', '.join(SERVED_FILES)} files are served")
+        inline = target.suffix in SHOWN_INLINE
+        return FileResponse(target, media_type=SERVED_FILES[target.suffix], filename=None if inline else target.name,
+                            headers={"Content-Security-Policy": FILE_CSP})
 
     async def playground_status(self, request: Request):
         earlier = sorted(i for i in self.registry.runs() if i.startswith("playground/"))
-        return JSONResponse({**self.playground.status(), "runs": earlier})
+        return StrictJSON({**self.playground.status(), "runs": earlier})
 
     async def page(self, request: Request):
         return FileResponse(STATIC / "index.html")
@@ -181,7 +207,7 @@ def make_app(registry: RunRegistry, playground: Playground, host: str = LOCALHOS
         playground.close()  # a playground job never outlives the server
 
     return Starlette(routes=routes, exception_handlers={Exception: _crash}, lifespan=lifespan,
-                     middleware=[Middleware(Guard, bind_host=host)])
+                     middleware=[Middleware(Inert), Middleware(Guard, bind_host=host)])
 
 
 class Server:

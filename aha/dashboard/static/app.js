@@ -84,10 +84,13 @@ async function pollMetrics(id) {
 }
 function fileNotes(parent, id) {
   const m = state.metrics[id];
-  for (const b of m.bad) parent.append(el("div", { class: "note bad-line" },
-    `${id}: metrics.jsonl line at byte ${b.at_byte} is not a JSON object, skipped: ${b.text}`));
+  badLines(parent, id, m.bad);
   if (m.partial) parent.append(el("div", { class: "note partial-line" },
     `${id}: the last line of metrics.jsonl is partial (${m.partial.bytes} bytes, no newline yet: being written, or torn)`));
+}
+// lines of a run file the server skipped: each with its file, line number and why ("metrics.jsonl line 2: not JSON")
+function badLines(parent, id, bad) {
+  for (const b of bad) parent.append(el("div", { class: "note bad-line" }, `${id}: ${b.error}; skipped: ${b.text}`));
 }
 function runPicker(onPick, filter) {
   const select = el("select", { id: "run-select" });

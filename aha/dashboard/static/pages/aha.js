@@ -109,6 +109,7 @@ page("aha", "Aha tracker", async () => {
     const ex = await api(`/api/aha?run=${encodeURIComponent(run)}`);
     box.replaceChildren(); window.ahaCharts = [];
     fileNotes(box, run);
+    badLines(box, run, [...ex.bad, ...ex.held_out.bad]);
     box.append(...momentPanel(ex.moments, ex.phrases));
     drawCheckCharts(box, state.metrics[run]);
     drawAhaCharts(box, state.metrics[run]);

@@ -104,7 +104,7 @@ function advantageBar(a, top) {
     el("span", { class: a < 0 ? "neg" : "pos", style: `width:${+w.toFixed(2)}%` }));
 }
 function drawGroup(g, mode, scale, topAdv, detail) {
-  if (g.error) return el("div", { class: "note" }, g.error);
+  if (g.error) return el("div", { class: "note bad-line" }, g.error);
   const box = el("div", { class: "group", "data-group": g.group });
   const terms = (g.completions || []).flatMap(c => tokenValues(c, mode)).filter(v => v !== null).map(Math.abs);
   const top = terms.length ? Math.max(...terms) : 0;
@@ -198,8 +198,10 @@ page("groups", "Groups", async () => {
     const mode = modeSel.value, groups = data.groups, scale = stepScale(groups, mode);
     const topAdv = Math.max(0, ...groups.flatMap(g => (g.completions || []).map(c => Math.abs(c.advantage ?? 0))));
     const v = variation(groups);
+    const notes = el("div");
+    badLines(notes, picker.value, data.bad);
     body.replaceChildren(...(data.missing ? [el("p", {}, "This run has no groups.jsonl (log_groups_steps = 0?).")] :
-      [legend(mode, scale, data.step, groups.length), maskedLegend(groups), stepLegend(groups), el("p", { class: "meta", id: "variation-note" }, variationNote(v, groups)),
+      [notes, legend(mode, scale, data.step, groups.length), maskedLegend(groups), stepLegend(groups), el("p", { class: "meta", id: "variation-note" }, variationNote(v, groups)),
        ...groups.map(g => drawGroup(g, mode, scale, topAdv, detail))]));
     setHashParams({ run: picker.value, step: data.step, colour: mode === "loss" ? "" : mode });
     curvesLink.href = `#curves?runs=${encodeURIComponent(picker.value)}`;

@@ -832,3 +832,26 @@ def test_resume_from_python_refuses_another_environment_or_other_tools_naming_bo
     resumed = _agent_run(tiny_dir, run, CounterEnv, resume=True, tool_timeout=5.0)  # a time limit may change
     resumed.train()
     assert resumed.step_count == 2 and resumed.agent.tool_timeout == 5.0
+
+
+def test_resume_of_an_agent_run_is_bit_exact_and_keeps_the_runs_share_prompts(tiny_dir, tmp_path):
+    """share_prompts: auto is decided on the run's first batch (prompt tokens >= 2x completion tokens): here on at
+    step 1 (2,072 prompt tokens against 1,024), while step 3's batch alone would decide off (1,872 against 1,024)."""
+    rows = [{"prompt": [{"role": "user", "content": f"Count to {t}." + " word" * (10 * t)}], "target": t}
+            for t in range(2, 8)]
+
+    def run(path, **kw):
+        from scripted import CounterEnv, ScriptedAgentEngine
+        t = GRPOTrainer(model=tiny_dir, reward_funcs=[turns], train_dataset=rows, environment_factory=CounterEnv,
+                        engine_factory=ScriptedAgentEngine,
+                        args=grpo_args(path, num_generations=2, per_device_train_batch_size=4,
+                                       max_completion_length=256, **kw))
+        t.train()
+        return t
+
+    full = run(tmp_path / "full", max_steps=4)
+    run(tmp_path / "cut", max_steps=2)
+    resumed = run(tmp_path / "cut", max_steps=4, resume=True)
+    assert_same(params(full.model), params(resumed.model))
+    shared = [json.loads(line)["perf/share_prompts"] for line in (tmp_path / "cut" / "metrics.jsonl").open()]
+    assert shared == [1.0] * 4 and resumed.learner.state()["share"] is True  # what remote learners are sent

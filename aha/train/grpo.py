@@ -301,10 +301,13 @@ class GRPOTrainer(Trainer):
         state = super()._state()
         state["sampler"] = self.rollouts.sampler_state()  # prompts of steps in flight are drawn again after a resume
         state["entropy"] = self.learner.entropy_state()  # the adaptive entropy coefficient, as TRL's checkpoints hold it
+        state["share_prompts"] = self.learner.share  # share_prompts: auto, as decided on the run's first batch
         return state
 
     def _load_state(self, state: dict) -> None:
         self.learner.load_entropy_state(state.get("entropy"))
+        if self.args.share_prompts is None:  # the run's own decision, not one taken again on the next batch
+            self.learner.share = state.get("share_prompts")
 
     def save_checkpoint(self):
         self.rollouts.pull()  # with remote learners: their weights, optimizer and schedule

@@ -384,7 +384,8 @@ class Learner:
         optimizer = get_optimizer_state_dict(self.model, self.optimizer,
                                              options=StateDictOptions(full_state_dict=True))
         state = {"weights": self.trainable_state(), "optimizer": optimizer, "scheduler": self.scheduler.state_dict(),
-                 "version": self.version, "generator": self.generator.get_state(), "entropy": self.entropy_state()}
+                 "version": self.version, "generator": self.generator.get_state(), "entropy": self.entropy_state(),
+                 "share": self.share}
         reference = self.reference_state()
         if reference is not None:
             state["reference"] = reference
@@ -403,6 +404,7 @@ class Learner:
         self.version = state["version"]
         self.generator.set_state(state["generator"])
         self.load_entropy_state(state.get("entropy"))
+        self.share = state.get("share", self.share)  # share_prompts: auto, as rank 0 (or a checkpoint) decided it
 
     def entropy_state(self) -> dict[str, float]:
         """The entropy bonus's controller: its coefficient and the last step's entropy (TRL saves the same pair)."""

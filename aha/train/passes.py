@@ -5,10 +5,10 @@ The choice is made per batch from its lengths and from the device's total memory
 batch on the same device gets the same passes. Every choice gives the same loss and gradient up to float summation
 order (denominators count the whole minibatch), so it decides speed and peak memory only.
 
-- `share_prompts` is decided once, on the run's first batch (so a run keeps one arithmetic from start to end): on
-  when its prompt tokens are at least twice its completion tokens and prompts repeat (BENCHMARKS, "One prompt pass
-  per group": 85-token prompts and 36-token completions, G = 8, read 2.6x fewer tokens and updated 2.07x faster;
-  shorter prompts against their completions were not measured). Off with gradient_checkpointing or
+- `share_prompts` is decided once, on the run's first batch, and kept in every checkpoint (so a run, resumed or
+  not, keeps one arithmetic from start to end): on when its prompt tokens are at least twice its completion tokens
+  and prompts repeat (BENCHMARKS, "One prompt pass per group": 85-token prompts and 36-token completions, G = 8,
+  read 2.6x fewer tokens and updated 2.07x faster; shorter prompts against their completions were not measured). Off with gradient_checkpointing or
   learner_sharding=fsdp, which it does not support.
 - A batch is cut into length-sorted passes under a padded-token budget only where it pays: on a GPU when a pass of
   per_device_train_batch_size sequences would not fit the memory share below; on a CPU also when its longest
@@ -115,6 +115,6 @@ def describe(args, memory: int, device: torch.device) -> str:
         parts.append(f"max_tokens_per_micro_batch: auto ({rule}; passes cut further to fit "
                      f"{MEMORY_SHARE:.0%} of {memory / 2**30:.0f} GiB of {device.type} memory)")
     if args.share_prompts is None:
-        parts.append("share_prompts: auto (decided on the first batch: on if its prompt tokens are at least twice "
-                     "its completion tokens)")
+        parts.append("share_prompts: auto (decided on the run's first batch, kept by a resume: on if its prompt "
+                     "tokens are at least twice its completion tokens)")
     return "; ".join(parts)

@@ -102,11 +102,26 @@ def batch_advantages(g: GroupStats, eps: float) -> Tensor:
 def batch_reward_advantages(g: GroupStats, eps: float) -> Tensor:
     """(r - group mean) / (std of the batch's rewards + eps): TRL's scale_rewards="batch" (the std of the raw
     rewards, not of the centred ones), over the rewards that are trained on."""
-    used = g.valid & (g.count >= 2)                                   # [B,G]
-    n = used.sum().clamp(min=2)
-    mean = (g.r * used).sum() / n
-    batch_std = ((g.r - mean) ** 2 * used).sum().div(n - 1).sqrt()
+    _, batch_std = _batch_moments(g.r, g.valid & (g.count >= 2))
     return (g.r - g.mean) / (batch_std + eps)                         # [B,G]
+
+
+def _batch_moments(r: Tensor, used: Tensor) -> tuple[Tensor, Tensor]:
+    """Mean and unbiased std of the rewards `used` [B,G] of a batch (their count clamped to 2: with fewer, no group
+    has two valid rewards, and every advantage is 0 anyway)."""
+    n = used.sum().clamp(min=2)
+    mean = (r * used).sum() / n
+    return mean, ((r - mean) ** 2 * used).sum().div(n - 1).sqrt()
+
+
+@_register_adv("gdpo")
+def gdpo_batch_advantages(g: GroupStats, eps: float) -> Tensor:
+    """(r - batch mean) / (batch std + eps) over every valid reward of the batch: GDPO's normalisation of the summed
+    group-normalised rewards (multi_objective_aggregation=normalize_then_sum selects it, as TRL's). Those sums have
+    group means of 0, so a group whose sums are equal has them at 0 and loses nothing to aha's rule that such a
+    group gets advantage 0. Example: rewards [1, -1, 0.5, -0.5] -> mean 0, std 0.9129 -> [1.095, -1.095, 0.548, -0.548]."""
+    mean, std = _batch_moments(g.r, g.valid)
+    return (g.r - mean) / (std + eps)                                 # [B,G]
 
 
 @_register_adv("rloo")
@@ -121,6 +136,30 @@ def grpo_process_advantages(g: GroupStats, eps: float) -> Tensor:
     """Process supervision (DeepSeekMath) where each completion has one step, its outcome reward, at its last
     token: exactly grpo. With step rewards the trainer calls `process_advantages` instead."""
     return grpo_advantages(g, eps)                                    # [B,G]
+
+
+OBJECTIVES, _register_objectives, get_objectives = _registry("multi_objective_aggregation")
+
+
+@_register_objectives("sum_then_normalize")
+def sum_then_normalize(rewards_per_func: Tensor, group_size: int, eps: float = ADV_EPS) -> Tensor:
+    """TRL's default: each function's rewards [N,F] as they are; the advantage estimator normalises their weighted
+    sum."""
+    return rewards_per_func
+
+
+@_register_objectives("normalize_then_sum")
+def normalize_then_sum(rewards_per_func: Tensor, group_size: int, eps: float = ADV_EPS) -> Tensor:
+    """GDPO (arXiv 2601.05242), TRL's normalize_then_sum: each function's rewards [N,F] normalised within each group
+    over its valid values, (r - mean) / (std + eps) as grpo (exactly 0 where they are all equal; NaN, left out of the
+    weighted sum, where fewer than two). Their weighted sum then goes to the gdpo estimator (batch normalisation), so
+    a function with a large scale or spread no longer drowns the others.
+    Example, G=2: function 1 [1, 0], function 2 [5, 5] -> [[0.707, 0], [-0.707, 0]]."""
+    N, F = rewards_per_func.shape
+    g = group_stats(rewards_per_func.T.reshape(-1), group_size)          # [F*B,G] each function's groups
+    z = torch.where(g.equal, torch.zeros_like(g.r), grpo_advantages(g, eps))
+    z = torch.where(g.valid & (g.count >= 2), z, torch.full_like(z, float("nan")))
+    return z.reshape(F, N).T                                          # [N,F]
 
 
 def is_process(name: str) -> bool:

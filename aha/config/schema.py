@@ -200,6 +200,10 @@ class GRPOConfig(TrainConfig):
     """Completions sampled per prompt (the group size G)."""
     generation_batch_size: Optional[int] = None
     """Completions per step, B*G (default: per_device_train_batch_size * gradient_accumulation_steps)."""
+    multi_objective_aggregation: Literal["sum_then_normalize", "normalize_then_sum"] = "sum_then_normalize"
+    """How several reward functions make one advantage (TRL's): sum_then_normalize, the advantage estimator on their
+    weighted sum; normalize_then_sum (GDPO, arXiv 2601.05242), each function normalised within its group, the weighted
+    sum normalised over the batch (advantage_estimator becomes gdpo; another one is refused)."""
     max_completion_length: int = 256
     """Most tokens generated per completion."""
     temperature: float = 1.0
@@ -469,6 +473,12 @@ class GRPOConfig(TrainConfig):
 
     def _check_batch(self) -> None:
         """generation_batch_size (derived when unset) against the group size, the minibatch and the engine's batch."""
+        if self.multi_objective_aggregation == "normalize_then_sum":
+            if self.advantage_estimator not in ("grpo", "gdpo"):
+                raise ConfigError(f"multi_objective_aggregation=normalize_then_sum (GDPO) normalises each reward in its group "
+                                  f"and the sum over the batch; advantage_estimator={self.advantage_estimator!r} (or "
+                                  "scale_rewards, which TRL ignores there) would be another baseline: remove it")
+            self.advantage_estimator = "gdpo"
         G, micro, accum = self.num_generations, self.per_device_train_batch_size, self.gradient_accumulation_steps
         if self.generation_batch_size is None:
             self.generation_batch_size = micro * accum

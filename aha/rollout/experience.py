@@ -275,10 +275,16 @@ class Experience:
             advantages, adv_metrics = self.process_advantages(batch)                  # [N,T]
             batch.set_token_advantages(advantages)
         else:
-            advantages, adv_metrics = algos.compute_advantages(a.advantage_estimator, batch.rewards,
+            advantages, adv_metrics = algos.compute_advantages(a.advantage_estimator, self.objective(batch),
                                                                a.num_generations)    # [N]
             batch.set_advantages(advantages)
         return batch, {**metrics, **adv_metrics}
+
+    def objective(self, batch: GRPOBatch) -> Tensor:
+        """The reward [N] the advantage estimator normalises: the weighted sum of the functions' rewards, each as it is
+        or normalised within its group first (multi_objective_aggregation, algos.OBJECTIVES)."""
+        rpf = algos.get_objectives(self.args.multi_objective_aggregation)(batch.rewards_per_func, batch.group_size)
+        return self.combine(rpf)                                                      # [N]
 
     def process_advantages(self, batch: GRPOBatch) -> tuple[Tensor, dict[str, float]]:
         """Token advantages [N,T] by process supervision: each usable step's score times its function's weight, and

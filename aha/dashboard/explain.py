@@ -44,6 +44,8 @@ ADVANTAGE_FORMULAS = {
     "rloo": "A_i = r_i - mean of the group's other rewards   [leave-one-out baseline]",
     "grpo_process": "A_i = (r_i - mean(r)) / (std(r) + eps)   [one step per answer, its outcome: grpo; with step "
                     "rewards each token sums the steps ending at or after it]",
+    "gdpo": "A_i = (r_i - mean over the batch of r_j) / (std over the batch of r_j + eps)   [GDPO: after each "
+            "function's rewards are normalised in their group and summed (normalize_then_sum)]",
 }
 """How each estimator of algos.ADVANTAGES reads, for the page (the code that computes it is in algos)."""
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -98,12 +98,14 @@ def _counters(metrics: dict[str, float]) -> dict[str, int]:
     return {**counts, **{k: counts.get(k, 0) for k in UNDECIDED_REASONS}}
 
 
-def _score(task: Task, verifier, rows: list[dict], texts: list[str], n: int) -> tuple[list[bool | None], dict]:
+def _score(task: Task, verifier, rows: list[dict], texts: list[str], n: int,
+           episodes: dict | None = None) -> tuple[list[bool | None], dict]:
     """The verdict on each of the n completions per row (rows repeated n times, prompt-major): True (right),
     False, or None (undecided: the verifier gave None or NaN, or its call failed); and the verifier's counters.
-    Completions are read as the task scores them (cut at its `stop`)."""
+    Completions are read as the task scores them (cut at its `stop`); an agent's as its `episodes` (their messages
+    and environments, aha.rollout.experience.episode_inputs)."""
     from .rewards import score_groups
-    values, metrics = score_groups([task.scorer(verifier)], rows, texts, n)          # [N,1]
+    values, metrics = score_groups([task.scorer(verifier)], rows, texts, n, episodes=episodes)  # [N,1]
     return [None if math.isnan(v) else v >= CORRECT_AT for v in values[:, 0].tolist()], _counters(metrics)
 
 
@@ -151,26 +153,45 @@ def _format_summary(task: Task, verifier, rows: list[dict], greedy: list[str], r
     return out
 
 
-def _generate(model, tokenizer, rows, n, params, batch_size, seed, desc, progress):
+@dataclass
+class Generated:
+    """n completions of each row, prompt-major: their texts and lengths in tokens; for an agent task, the episodes'
+    inputs to scoring (messages, environments) and their records (aha.rollout.turns.Episode.record)."""
+
+    texts: list[str]
+    lengths: list[int]
+    inputs: dict | None = None
+    episodes: list[dict] | None = None
+
+
+def generate(model, tokenizer, task: Task, rows: list[dict], n: int, params, batch_size: int = 256, seed: int = 0,
+             desc: str = "generate", progress: bool = False, engine: str = "hf") -> Generated:
+    """n completions of each row from the engine named `engine` (aha.rollout.engines); for an agent task, n
+    episodes through the turn loop with the task's tools and environments."""
     from tqdm.auto import tqdm
 
-    from .rollout import HFEngine
-    engine = HFEngine.for_model(model, tokenizer, batch_size)
-    gen = torch.Generator().manual_seed(seed)
-    ids = [encode_prompt(tokenizer, r["prompt"]) for r in rows]
-    with tqdm(total=len(ids), desc=desc, disable=not progress, leave=False) as bar:  # one call: batch_size rows
-        out = engine.generate(ids, n, params, gen, on_group=lambda i, r: bar.update())  # at once, kept full
-    return (tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True),
-            [len(c) for c in out.completion_ids])
+    from .rollout import get_engine
+    from .rollout.experience import episode_inputs
+    from .rollout.turns import sample_episodes
+    if task.is_agent:
+        out, _ = sample_episodes(model, tokenizer, task.agent(), rows, params.max_new_tokens,
+                                 task.max_tool_calling_iterations, None, batch_size, params.temperature, n, seed, engine)
+    else:
+        ids = [encode_prompt(tokenizer, r["prompt"]) for r in rows]
+        with tqdm(total=len(ids), desc=desc, disable=not progress, leave=False) as bar:  # one call: batch_size rows
+            out = get_engine(engine)(model, tokenizer, batch_size).generate(  # at once, kept full
+                ids, n, params, torch.Generator().manual_seed(seed), on_group=lambda i, r: bar.update())
+    return Generated(tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True),
+                     [len(c) for c in out.completion_ids], episode_inputs(out), out.episodes)
 
 
 def _sampled_metrics(task: Task, verifier, rows: list[dict], texts: list[str], records: list[dict], k: list[int],
-                     n_samples: int, seed: int) -> tuple[dict, list[bool | None]]:
+                     n_samples: int, seed: int, episodes: dict | None = None) -> tuple[dict, list[bool | None]]:
     """pass@k and maj@k of n_samples completions per row (prompt-major), with their undecided counts, and the
     verdict on each completion; each problem's record gets `samples_correct`, `samples_undecided` and `maj`
     ({k: True, False or None})."""
     from .stats import bootstrap, wilson
-    sampled, counters = _score(task, verifier, rows, texts, n_samples)
+    sampled, counters = _score(task, verifier, rows, texts, n_samples, episodes)
     read = _answer_reader(task, verifier)
     for i, rec in enumerate(records):
         mine = sampled[i * n_samples:(i + 1) * n_samples]
@@ -195,45 +216,72 @@ def _sampled_metrics(task: Task, verifier, rows: list[dict], texts: list[str], r
 def evaluate(model, tokenizer, task: Task, rows: list[dict], k: list[int] = (1,), n_samples: int = 0,
              temperature: float = 0.7, top_p: float = 1.0, max_new_tokens: int | None = None,
              batch_size: int = 256, seed: int = 0, progress: bool = False,
-             keep_samples: bool = False) -> tuple[dict, list[dict]]:
+             keep_samples: bool = False, engine: str = "hf") -> tuple[dict, list[dict]]:
     """(summary metrics, per-problem records) for `rows` of `task`. An undecided verdict counts as not correct;
     the summary counts them (`undecided`, `samples/undecided`, `maj@k/undecided`, the verifier's `reward/*`).
-    With `keep_samples` each record also holds its sampled completions (`samples`: text, len, correct)."""
+    With `keep_samples` each record also holds its sampled completions (`samples`: text, len, correct). For an agent
+    task each completion is an episode of the turn loop: accuracy is the task's success, `tools/*` describe the
+    greedy episodes, and each record holds its episode's `messages`."""
     from .rollout import SamplingParams
-    from .stats import wilson
     if n_samples and max(k) > n_samples:
         raise ValueError(f"k={max(k)} is larger than n_samples={n_samples}")
     t0 = time.perf_counter()
     budget = max_new_tokens or task.max_completion_length
     verifier = task.correct()
-    greedy, glen = _generate(model, tokenizer, rows, 1, SamplingParams(0.0, 1.0, 0, budget),
-                             batch_size, seed, "greedy", progress)
-    verdicts, counters = _score(task, verifier, rows, greedy, 1)
-    ok = [v is True for v in verdicts]
-    summary = {"accuracy": sum(ok) / len(rows), "accuracy_ci95": list(wilson(sum(ok), len(rows))),
-               "undecided": sum(v is None for v in verdicts)}
-    for part in task.parts:  # a mixture: each task's own accuracy (`accuracy/chat_add`)
-        mine = [c for r, c in zip(rows, ok) if str(r.get("id", "")).startswith(f"{part}:")]
-        if mine:
-            summary[f"accuracy/{part}"] = sum(mine) / len(mine)
-    summary.update(_format_summary(task, verifier, rows, greedy, sum(ok)))  # where the prompts asked for a format
-    summary.update({"len_mean": sum(glen) / len(glen), "num_problems": len(rows)})
-    sent = [tokenizer.decode(encode_prompt(tokenizer, r["prompt"])) for r in rows]
-    records = [{"id": r.get("id", i), "prompt": p, "answer": r.get("answer"), "greedy": g, "greedy_correct": c,
-                "greedy_undecided": v is None, "greedy_len": n}
-               for i, (r, p, g, c, v, n) in enumerate(zip(rows, sent, greedy, ok, verdicts, glen))]
-    summary.update(counters)
+    greedy = generate(model, tokenizer, task, rows, 1, SamplingParams(0.0, 1.0, 0, budget), batch_size, seed,
+                      "greedy", progress, engine)
+    summary, records = _greedy_summary(task, verifier, tokenizer, rows, greedy)
     if n_samples:
-        texts, lens = _generate(model, tokenizer, rows, n_samples, SamplingParams(temperature, top_p, 0, budget),
-                                batch_size, seed, f"samples x{n_samples}", progress)
-        sampled_summary, sampled = _sampled_metrics(task, verifier, rows, texts, records, k, n_samples, seed)
+        drawn = generate(model, tokenizer, task, rows, n_samples, SamplingParams(temperature, top_p, 0, budget),
+                         batch_size, seed, f"samples x{n_samples}", progress, engine)
+        sampled_summary, sampled = _sampled_metrics(task, verifier, rows, drawn.texts, records, k, n_samples, seed,
+                                                    drawn.inputs)
         summary.update(sampled_summary)
-        kept = [{"text": t, "len": n, "correct": v} for t, n, v in zip(texts, lens, sampled)] if keep_samples else []
+        kept = [{"text": t, "len": n, "correct": v} for t, n, v in zip(drawn.texts, drawn.lengths, sampled)]
         for i, rec in enumerate(records if keep_samples else []):
             rec["samples"] = kept[i * n_samples:(i + 1) * n_samples]
     summary["note"] = UNDECIDED_NOTE
     summary["seconds"] = time.perf_counter() - t0
     return summary, records
+
+
+def _greedy_summary(task: Task, verifier, tokenizer, rows: list[dict], greedy: Generated) -> tuple[dict, list[dict]]:
+    """Greedy accuracy with its interval, by group (`accuracy_by_group`), format share, lengths, tool use and the
+    verifier's counters; and each problem's record."""
+    from .rollout.experience import tool_metrics
+    from .stats import wilson
+    verdicts, counters = _score(task, verifier, rows, greedy.texts, 1, greedy.inputs)
+    ok = [v is True for v in verdicts]
+    summary = {"accuracy": sum(ok) / len(rows), "accuracy_ci95": list(wilson(sum(ok), len(rows))),
+               "undecided": sum(v is None for v in verdicts), **accuracy_by_group(task, rows, ok)}
+    summary.update(_format_summary(task, verifier, rows, greedy.texts, sum(ok)))  # where the prompts asked for a format
+    summary.update({"len_mean": sum(greedy.lengths) / len(greedy.lengths), "num_problems": len(rows)})
+    summary.update(tool_metrics(greedy.episodes) if greedy.episodes else {})
+    summary.update(counters)
+    sent = [tokenizer.decode(encode_prompt(tokenizer, r["prompt"])) for r in rows]
+    records = [{"id": r.get("id", i), "prompt": p, "answer": r.get("answer"), "greedy": g, "greedy_correct": c,
+                "greedy_undecided": v is None, "greedy_len": n}
+               for i, (r, p, g, c, v, n) in enumerate(zip(rows, sent, greedy.texts, ok, verdicts, greedy.lengths))]
+    for rec, episode in zip(records, greedy.episodes or []):
+        rec.update({"messages": episode["messages"], "finish": episode["finish"]})
+    return summary, records
+
+
+def accuracy_by_group(task: Task, rows: list[dict], ok: list[bool]) -> dict:
+    """`accuracy/<group>` and its Wilson interval for each group of rows: a mixture's tasks (row ids "PART:..."),
+    else the rows' `family` column where they have one (an agent task's kinds of task); {} for neither.
+    Example: families [a, a, b], right [True, False, True] -> accuracy/a 0.5, accuracy/b 1.0."""
+    from .stats import wilson
+    if task.parts:
+        labels = [next((p for p in task.parts if str(r.get("id", "")).startswith(f"{p}:")), None) for r in rows]
+    else:
+        labels = [r.get("family") for r in rows]
+    out = {}
+    for label in dict.fromkeys(x for x in labels if x is not None):
+        mine = [c for x, c in zip(labels, ok) if x == label]
+        out[f"accuracy/{label}"] = sum(mine) / len(mine)
+        out[f"accuracy/{label}_ci95"] = list(wilson(sum(mine), len(mine)))
+    return out
 
 
 HELD_OUT_SHOWN = 8
@@ -271,7 +319,7 @@ def make_eval_fn(task: Task, rows: list[dict], max_new_tokens: int | None = None
                            for r, m in list(zip(records, marks))[:shown]]
         return {**{k: v for k, v in summary.items()
                    if k in ("accuracy", "undecided", "format_frac", "final_number_accuracy", "len_mean")
-                   or k.startswith("accuracy/")}, **behaviour}
+                   or k.startswith(("accuracy/", "tools/")) and not k.endswith("_ci95")}, **behaviour}
     eval_fn.answers = []
     return eval_fn
 
@@ -306,7 +354,8 @@ def run_eval(cfg: EvalConfig) -> dict:
     rows = task.load(cfg.split)
     rows = rows[:cfg.num_problems] if cfg.num_problems else rows
     summary, records = evaluate(model, tokenizer, task, rows, cfg.k, cfg.n_samples, cfg.temperature,
-                                cfg.top_p, cfg.max_new_tokens, cfg.batch_size, cfg.seed, cfg.progress_bar)
+                                cfg.top_p, cfg.max_new_tokens, cfg.batch_size, cfg.seed, cfg.progress_bar,
+                                engine=cfg.engine)
     summary = {"model": cfg.model, "task": task.name, "split": cfg.split, **summary}
     if cfg.output_dir:
         out = Path(cfg.output_dir)

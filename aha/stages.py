@@ -61,7 +61,13 @@ def grpo_trainer(cfg: config.GRPOConfig):
         raise ValueError("GRPO needs reward functions: set `reward_funcs`, `task`, `prm_model` or an `environment` "
                          "with get_reward")
     eval_fn = _eval_hook(task, cfg) if cfg.eval_steps else None
-    return GRPOTrainer(model=cfg.model, reward_funcs=rewards, args=cfg, train_dataset=data, eval_fn=eval_fn)
+    tools, environment = None, None
+    if task and task.is_agent and not (cfg.tools or cfg.environment):  # an agent task brings its tools
+        tools, environment = task.tools() if task.tools else [], task.environment
+        if cfg.max_tool_calling_iterations is None:
+            cfg = dataclasses.replace(cfg, max_tool_calling_iterations=task.max_tool_calling_iterations)
+    return GRPOTrainer(model=cfg.model, reward_funcs=rewards, args=cfg, train_dataset=data, eval_fn=eval_fn,
+                       tools=tools, environment_factory=environment)
 
 
 def run_sft(cfg: config.SFTConfig) -> dict:
@@ -71,6 +77,8 @@ def run_sft(cfg: config.SFTConfig) -> dict:
     task = _task(cfg.task)
     if cfg.dataset:
         data = load_rows(cfg.dataset, prompt_column=None)
+    elif task and task.is_agent:
+        data = demonstrations(task)
     elif task:
         data = task.load("train")
     else:
@@ -87,12 +95,38 @@ def run_sft(cfg: config.SFTConfig) -> dict:
     return {**metrics, "model_dir": str(path)}
 
 
+def demonstrations(task) -> list[dict]:
+    """An agent task's training rows as worked episodes in TRL's messages format (`messages`, `tools`): the cold
+    start's data."""
+    if task.demonstrate is None:
+        raise ValueError(f"task '{task.name}' has no demonstrations to learn from; give SFT a `dataset` of tool "
+                         "conversations (e.g. one `aha sample` wrote)")
+    agent = task.agent()
+    return [{"messages": task.demonstrate(r), "tools": agent.schemas[agent.environment_name(r)]}
+            for r in task.load("train")]
+
+
 def run_tiny(cfg: config.TinyConfig) -> dict:
     """A tiny model built in code, its tokenizer fitted on the task's training text."""
     from .models.tiny import make_tiny
-    from .tasks import get_task, task_corpus
-    path = make_tiny(cfg.output_dir, task_corpus(get_task(cfg.task).load("train")), size=cfg.size, seed=cfg.seed)
+    from .tasks import get_task
+    path = make_tiny(cfg.output_dir, tiny_corpus(get_task(cfg.task)), size=cfg.size, seed=cfg.seed)
     return {"model_dir": str(path)}
+
+
+def tiny_corpus(task, rows: int = 2000) -> list[str]:
+    """The text a tiny model's tokenizer is fitted on: the task's training text (aha.tasks.task_corpus), and for an
+    agent task with demonstrations, `rows` of them rendered as aha's tool template writes them (tool list, calls,
+    results), so the episodes' words are in the vocabulary."""
+    from .tasks import task_corpus
+    if task.demonstrate is None:
+        return task_corpus(task.load("train"))
+    from .data.toolcalls import TOOL_TEMPLATE, ToolChat
+    from .models.tiny import train_tokenizer
+    probe = train_tokenizer(["x"])
+    probe.chat_template = TOOL_TEMPLATE
+    chat = ToolChat(probe)
+    return task_corpus(task.load("train")) + [chat.render(d["messages"], d["tools"]) for d in demonstrations(task)[:rows]]
 
 
 def run_eval(cfg: config.EvalConfig) -> dict:

@@ -624,6 +624,8 @@ class GenerationConfig:
     """Generation budget (default: the task's)."""
     batch_size: int = 256
     """Most sequences decoded at once (the others wait: `generation_max_batch`)."""
+    engine: str = "hf"
+    """Generation engine by name (aha.rollout.engines.ENGINES), as training's `engine`."""
     seed: int = 0
     """Seed for sampling."""
     dtype: DType = "float32"
@@ -641,6 +643,9 @@ class GenerationConfig:
             "batch_size": (at_least_one, ">= 1"),
             "threads": (non_negative, ">= 0"),
         })
+        from ..rollout.engines import ENGINES
+        if self.engine not in ENGINES:
+            raise ConfigError(f"unknown engine '{self.engine}'; valid: {sorted(ENGINES)}")
 
 
 @checked

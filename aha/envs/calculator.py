@@ -2,7 +2,7 @@
 gets wrong without them, judged by the final number of the last reply.
 
     tasks: "What is 4821 * 37?" (a multiplication of a `digits`-digit number by a 2- or 3-digit one, sometimes
-           plus a third number); train and test split by a hash of the question (aha.tasks.base.split_of)
+           plus a third number); train and test split by a hash of the question (aha.data.splits.split_of)
     tools: add, subtract, multiply, divide
     reward: `final_answer` = 1.0 when the last number of the last assistant message is the answer, else 0.0
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 import re
 
-from ..tasks.base import split_of
+from ..data.splits import split_of
 
 NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
@@ -102,7 +102,8 @@ def final_answer(completions, answer, **kwargs) -> list[float]:
 
 
 def make_tasks(split: str, n: int, seed: int = 0, digits: int = 4) -> list[dict]:
-    """n rows of `split`: prompt (chat messages), answer, id."""
+    """n rows of `split`: prompt (chat messages), answer, id, and `solution`: the calls that solve it, each with its
+    result ([("multiply", {"a": 4821, "b": 37}, 178377)], then an `add` when there is a third number)."""
     rng, rows, seen = random.Random(f"calc-{seed}-{split}-{digits}"), [], set()
     for _ in range(100 * n):
         if len(rows) == n:
@@ -113,7 +114,9 @@ def make_tasks(split: str, n: int, seed: int = 0, digits: int = 4) -> list[dict]
         if question in seen or split_of(question) != split:
             continue
         seen.add(question)
-        rows.append({"prompt": [{"role": "user", "content": question + HOW}], "answer": str(a * b + c), "id": question})
+        solution = [("multiply", {"a": a, "b": b}, a * b)] + ([("add", {"a": a * b, "b": c}, a * b + c)] if c else [])
+        rows.append({"prompt": [{"role": "user", "content": question + HOW}], "answer": str(a * b + c), "id": question,
+                     "solution": solution})
     if len(rows) < n:
         raise ValueError(f"only {len(rows)} distinct {split} questions; asked for {n}")
     return rows

@@ -10,7 +10,7 @@ final tree equals the reference tree.
 A task row carries its prompt (chat messages) and the task itself (`fs`: the starting tree and the reference);
 `reset(fs=...)` builds that tree, so the G episodes of a group start from the same state. Without a task column
 `reset` draws one from the train split and returns its instruction (TRL's self-sampling environment).
-Train and test are split by a hash of the task's text (aha.tasks.base.split_of).
+Train and test are split by a hash of the task's text (aha.data.splits.split_of).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import posixpath
 import random
 
-from ..tasks.base import split_of
+from ..data.splits import split_of
 
 WORDS = ("plan", "todo", "notes", "draft", "report", "ideas", "list", "log", "memo", "data", "old", "final", "week",
          "day", "home", "work", "trip", "book", "cart", "mail")

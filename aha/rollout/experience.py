@@ -322,9 +322,16 @@ class Experience:
             rpf = rpf.clone()
             for i, seq in enumerate(steps):
                 rpf[i, [j for _, _, j, _ in seq]] = float("nan")
-        finite = torch.isfinite(rpf)                                                 # [N,F]
-        total = (torch.where(finite, rpf, torch.zeros_like(rpf)) * self.reward_weights).sum(-1)  # [N]
-        return torch.where(finite.any(-1), total, torch.full_like(total, float("nan")))  # [N]
+        return combine_rewards(rpf, self.reward_weights)
+
+
+def combine_rewards(rpf: Tensor, weights: Tensor) -> Tensor:
+    """The one way rewards [N, F] become one per completion [N] (training, rejection sampling): the weighted sum
+    over the functions that gave a value (NaN: none, left out); NaN only when no function gave one.
+    Example: [[1, nan], [nan, nan]] with weights [2, 1] -> [2, nan]."""
+    finite = torch.isfinite(rpf)                                                     # [N,F]
+    total = (torch.where(finite, rpf, torch.zeros_like(rpf)) * weights).sum(-1)      # [N]
+    return torch.where(finite.any(-1), total, torch.full_like(total, float("nan")))  # [N]
 
 
 def with_tokens(tokenizer, completion_ids: list[int], steps: list[tuple]) -> list[tuple]:

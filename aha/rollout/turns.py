@@ -115,18 +115,20 @@ def _take_turn(e: Episode, chat: ToolChat, tokens: list[int], truncated: bool, l
 
 
 def greedy_episodes(model, tokenizer, agent, rows: list[dict], max_new_tokens: int, max_rounds: int | None = None,
-                    template_kwargs: dict | None = None, max_batch: int = 256) -> tuple[Rollout, list]:
+                    template_kwargs: dict | None = None, max_batch: int = 256, engine: str = "hf") -> tuple[Rollout, list]:
     """One greedy episode per row (held-out evaluation of an agent): the Rollout and each episode's environment,
     whose state (get_reward) says whether it succeeded."""
-    return sample_episodes(model, tokenizer, agent, rows, max_new_tokens, max_rounds, template_kwargs, max_batch)
+    return sample_episodes(model, tokenizer, agent, rows, max_new_tokens, max_rounds, template_kwargs, max_batch,
+                           engine=engine)
 
 
 def sample_episodes(model, tokenizer, agent, rows: list[dict], max_new_tokens: int, max_rounds: int | None = None,
                     template_kwargs: dict | None = None, max_batch: int = 256, temperature: float = 0.0, n: int = 1,
-                    seed: int = 0) -> tuple[Rollout, list]:
+                    seed: int = 0, engine: str = "hf") -> tuple[Rollout, list]:
     """n episodes per row (row-major) at `temperature` (0: greedy, and n must be 1), sampled with a generator seeded
-    by `seed`: the Rollout and each episode's environment (get_reward says whether it succeeded)."""
-    from .hf import HFEngine
+    by `seed` on the engine named `engine` (aha.rollout.engines): the Rollout and each episode's environment
+    (get_reward says whether it succeeded)."""
+    from .engines import get_engine
     if n < 1 or temperature == 0 and n != 1:
         raise ValueError(f"n={n} episodes per row at temperature {temperature}: n must be >= 1, and 1 when greedy")
     chat, names = ToolChat(tokenizer, template_kwargs), [agent.environment_name(r) for r in rows for _ in range(n)]
@@ -134,8 +136,8 @@ def sample_episodes(model, tokenizer, agent, rows: list[dict], max_new_tokens: i
     for env, name, row in zip(envs, names, [r for r in rows for _ in range(n)]):
         prompt = agent.reset(env, row)
         episodes.append(Episode(prompt, chat.prompt_ids(prompt, agent.schemas[name]), agent.toolbox(env, name)))
-    engine = HFEngine.for_model(model, tokenizer, max_batch)
     generator = torch.Generator().manual_seed(seed) if temperature > 0 else None
-    out = run_turns(engine, chat, episodes, n, SamplingParams(temperature, 1.0, 0, max_new_tokens), generator,
-                    max_rounds)
+    out = run_turns(get_engine(engine)(model, tokenizer, max_batch), chat, episodes, n,
+                    SamplingParams(temperature, 1.0, 0, max_new_tokens), generator, max_rounds)
+    out.environments = envs if agent.has_environments else None
     return out, envs

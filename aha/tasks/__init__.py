@@ -5,11 +5,12 @@
     chat_add/sub two-number questions for small instruct models (chat.py)
     A+B          equal parts of tasks that share their verifiers (base.mixture)
     gsm8k, math500, humaneval, jsonl:PATH   benchmarks from offline copies, any JSONL (benchmarks.py)
+    filesystem, calculator, python   the built-in environments, agent tasks with tools (agents.py)
 """
 
 from __future__ import annotations
 
-from . import arithmetic, benchmarks, chat, checked  # noqa: F401  (importing registers their tasks)
+from . import agents, arithmetic, benchmarks, chat, checked  # noqa: F401  (importing registers their tasks)
 from .base import TASKS, Task, mixture, register_task, split_of, task_corpus
 
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..data.prompts import TEMPLATES, cut_at
+from ..data.splits import split_of  # noqa: F401  (tasks import it from here)
 
 
 @dataclass
@@ -38,6 +38,26 @@ class Task:
     go on with a turn of its own and a second answer). None: the `stop` of the template named after the last "@"
     of `name` (`gsm8k@r1_base`, `jsonl:PATH@plain_base?...`), else none. Generation is not stopped there: the
     tokens after the cut are still generated (and, in training, still in completion_ids)."""
+    tools: Callable[[], list] | None = None
+    """An agent task's tools: () -> the plain functions every episode may call (TRL's `tools=`)."""
+    environment: Callable | None = None
+    """An agent task's environment factory (TRL's `environment_factory=`): an environment per episode, reset(**row)
+    starts it, its public methods are tools, its get_reward() is a reward of the task."""
+    max_tool_calling_iterations: int | None = None
+    """Rounds of tool calls an episode may make (None: no limit but the token budget)."""
+    demonstrate: Callable[[dict], list[dict]] | None = None
+    """An agent task's row -> a worked episode as chat messages in TRL's format (the prompt, assistant turns with
+    `tool_calls`, `tool` messages): what a cold start (`aha sft task=NAME`) learns from."""
+
+    @property
+    def is_agent(self) -> bool:
+        """Its episodes run tools: every stage samples it through the turn loop."""
+        return self.tools is not None or self.environment is not None
+
+    def agent(self, tool_timeout: float = 30.0):
+        """A fresh aha.envs.Agent with this task's tools and environment factory."""
+        from ..envs import Agent
+        return Agent(self.tools() if self.tools else [], self.environment, tool_timeout)
 
     def __post_init__(self):
         if self.stop is None:
@@ -137,13 +157,6 @@ TASKS: dict[str, Task] = {}
 def register_task(task: Task) -> Task:
     TASKS[task.name] = task
     return task
-
-
-def split_of(key: str, test_percent: int = 10) -> str:
-    """"test" for about `test_percent`% of keys, fixed by a hash of the text (not by a seed), so train and
-    test never overlap whatever the seed. Example: split_of("3+4") is the same on every machine and run."""
-    h = int(hashlib.sha1(key.encode()).hexdigest()[:8], 16)
-    return "test" if h % 100 < test_percent else "train"
 
 
 def check_split(name: str, split: str, splits: tuple[str, ...]) -> None:

@@ -1,4 +1,6 @@
-"""Supervised fine-tuning with the loss on completion tokens only (cold start, rejection sampling)."""
+"""Supervised fine-tuning with the loss on completion tokens only (cold start, rejection sampling). A tool
+conversation in TRL's messages format (assistant `tool_calls`, `tool` messages, a `tools` column of schemas) is
+rendered as the turn loop renders episodes, and only the assistant's tokens are in the loss."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import torch
 from .. import algos
 from ..config import SFTConfig
 from ..data import encode_prompt, is_conversational, load_rows
+from ..data.toolcalls import ToolChat
 from ..models import setup_model
 from .logprobs import completion_logprobs
 from .loop import PromptSampler, Trainer, build_optimizer, optimizer_step, seed_everything
@@ -31,6 +34,25 @@ def split_example(row: dict, cfg: SFTConfig) -> tuple[object, str | list]:
     raise ValueError(f"an SFT row needs '{cfg.prompt_column}' and '{cfg.completion_column}' columns, "
                      f"or a '{cfg.messages_column}' conversation ending with an assistant turn; "
                      f"got columns {sorted(row)}")
+
+
+def is_tool_conversation(row: dict, cfg: SFTConfig) -> bool:
+    """A row in TRL's tool-calling messages format: a conversation with assistant `tool_calls` or `tool` messages."""
+    msgs = row.get(cfg.messages_column)
+    return is_conversational(msgs) and any(m.get("tool_calls") or m.get("role") == "tool" for m in msgs)
+
+
+def tool_example(chat: ToolChat, i: int, row: dict, cfg: SFTConfig) -> tuple[str, list]:
+    """A tool conversation (its `tools` column: the schemas it was shown) -> (prompt text, segments), rendered by
+    ToolChat.demonstration, the template the turn loop renders episodes with: the messages before the first
+    assistant turn are the prompt; every assistant turn is trained, the tool results only read."""
+    msgs = row[cfg.messages_column]
+    first = next((k for k, m in enumerate(msgs) if m.get("role") == "assistant"), None)
+    if first is None or first == 0 or msgs[-1].get("role") != "assistant":
+        raise ValueError(f"SFT row {i}: a tool conversation needs a prompt before its first assistant turn and must "
+                         f"end with an assistant turn; got roles {[m.get('role') for m in msgs]}")
+    demo = chat.demonstration(msgs, first, row.get("tools"))
+    return demo["prompt"], demo["completion"]
 
 
 def checked_example(i: int, example: tuple[object, str | list], cfg: SFTConfig) -> tuple[object, str | list]:
@@ -73,7 +95,9 @@ class SFTTrainer(Trainer):
         seed_everything(args.seed)
         rows = load_rows(train_dataset, prompt_column=None)
         self.model, self.tokenizer = setup_model(args, model, processing_class, peft_config)
-        self.examples = [tokenize_example(self.tokenizer, *checked_example(i, split_example(r, args), args))
+        chat = ToolChat(self.tokenizer)
+        self.examples = [tokenize_example(self.tokenizer, *checked_example(i, tool_example(chat, i, r, args)
+                                          if is_tool_conversation(r, args) else split_example(r, args), args))
                          for i, r in enumerate(rows)]
         for i, (p, c, _) in enumerate(self.examples):
             if len(p) + len(c) > args.max_length:

@@ -1,0 +1,151 @@
+"""The built-in environments as tasks by name through every stage, from the command line: train, eval, sample, sft
+and the agent recipe; and one path that samples (engines built through the registry only)."""
+
+import json
+import re
+
+import pytest
+import torch
+import yaml
+
+from aha.cli import main
+from aha.envs.filesystem import FilesystemEnv
+from aha.rollout import ENGINES
+from aha.tasks import get_task
+from scripted import ScriptedAgentEngine
+
+AGENT_TASKS = ("filesystem", "calculator", "python")
+
+
+def solve_some(context: str) -> str:
+    """A scripted policy of the filesystem task: it solves the `mkdir` and `create` families (one call, then
+    "Done.") and answers every other task with "Done." at once."""
+    if "<|im_start|>tool" in context:
+        return "Done."
+    task = context.rpartition("<|im_start|>user")[2]
+    call = None
+    if m := re.search(r'Make a folder "([^"]+)"', task):
+        call = {"name": "mkdir", "arguments": {"path": m.group(1)}}
+    elif m := re.search(r'Create "([^"]+)" containing "([^"]+)"', task):
+        call = {"name": "write_file", "arguments": {"path": m.group(1), "content": m.group(2)}}
+    return f"<tool_call>\n{json.dumps(call)}\n</tool_call>" if call else "Done."
+
+
+class SolverEngine(ScriptedAgentEngine):
+    def __init__(self, model, tokenizer, max_batch=512):
+        super().__init__(model, tokenizer, max_batch, script=solve_some)
+
+
+SOLVED = ("mkdir", "create")
+
+
+@pytest.fixture
+def solver(monkeypatch):
+    """`engine=solver`: the scripted policy above, registered by name as any engine is."""
+    monkeypatch.setitem(ENGINES, "solver", f"{__name__}:SolverEngine")
+    return "solver"
+
+
+@pytest.fixture(scope="module")
+def agent_tiny(tmp_path_factory):
+    """A tiny model built in code, its tokenizer fitted on the agent tasks' demonstrations (aha.stages.tiny_corpus)."""
+    from aha.models.tiny import make_tiny
+    from aha.stages import tiny_corpus
+    texts = tiny_corpus(get_task("filesystem"), 200) + tiny_corpus(get_task("calculator"), 100)
+    return str(make_tiny(tmp_path_factory.mktemp("agent") / "model", texts, size="tiny", seed=0))
+
+
+@pytest.mark.parametrize("name", AGENT_TASKS)
+def test_the_built_in_environments_are_tasks_with_splits_and_tools(name):
+    task = get_task(name)
+    train, test = task.load("train", 50), task.load("test", 20)
+    assert task.is_agent and not {r["id"] for r in train} & {r["id"] for r in test}
+    agent = task.agent()
+    assert agent.schemas[None], "the episodes are shown the task's tools"
+    with pytest.raises(ValueError, match="no split 'dev'"):
+        task.load("dev")
+    assert len(task.demonstrate(test[0])) >= 4  # prompt, a call, its result, the closing reply
+
+
+def test_the_filesystem_task_succeeds_when_the_tree_matches():
+    task, row = get_task("filesystem"), get_task("filesystem").load("test", 1)[0]
+    env = FilesystemEnv()
+    env.reset(**row)
+    verdict = task.correct()
+    assert verdict(environments=[env]) == [0.0]          # nothing done yet
+    for name, args, _ in row["solution"]:
+        getattr(env, name)(**args)
+    assert verdict(environments=[env]) == [1.0]          # the solving calls reach the reference tree
+
+
+def test_the_calculator_task_reads_the_last_reply():
+    task, row = get_task("calculator"), get_task("calculator").load("test", 1)[0]
+    messages = task.demonstrate(row)[1:]
+    assert task.correct()(completions=[messages], answer=[row["answer"]]) == [1.0]
+    wrong = messages[:-1] + [{"role": "assistant", "content": "The answer is 7."}]
+    assert task.correct()(completions=[wrong], answer=[row["answer"]]) == [0.0]
+
+
+def test_aha_train_task_filesystem_trains_two_steps_and_logs_tool_metrics(agent_tiny, tmp_path):
+    out = tmp_path / "grpo"
+    assert main(["train", f"model={agent_tiny}", "task=filesystem", "max_steps=2", "num_generations=2",
+                 "per_device_train_batch_size=4", "max_completion_length=24", "learning_rate=1e-2",
+                 f"output_dir={out}", "progress_bar=false", "report_to=[jsonl]"]) == 0
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [x for x in lines if "tools/calls_per_episode" in x]
+    assert len(steps) == 2 and all("reward/FilesystemEnv/mean" in x for x in steps)
+    assert yaml.safe_load((out / "config.yaml").read_text())["max_tool_calling_iterations"] == 3  # the task's
+
+
+def test_aha_eval_task_filesystem_reports_success_by_family_and_pass_at_k(agent_tiny, tmp_path, solver):
+    out = tmp_path / "eval"
+    assert main(["eval", agent_tiny, "task=filesystem", f"engine={solver}", "num_problems=24", "n_samples=2",
+                 "k=[1,2]", "max_new_tokens=64", f"output_dir={out}", "progress_bar=false"]) == 0
+    summary = json.loads((out / "results.json").read_text())["summary"]
+    families = [r["family"] for r in get_task("filesystem").load("test")[:24]]
+    solved = sum(f in SOLVED for f in families)
+    assert 0 < solved < 24
+    assert summary["accuracy"] == pytest.approx(solved / 24)
+    lo, hi = summary["accuracy_ci95"]
+    assert lo < solved / 24 < hi
+    for family in set(families):
+        assert summary[f"accuracy/{family}"] == (1.0 if family in SOLVED else 0.0)
+    assert summary["pass@2"] == pytest.approx(solved / 24)  # the scripted policy is the same in every sample
+    assert summary["tools/calls_per_episode"] == pytest.approx(solved / 24)
+    record = json.loads((out / "per_problem.jsonl").read_text().splitlines()[0])
+    assert record["messages"][-1]["role"] == "assistant"
+
+
+def test_aha_sample_writes_messages_that_aha_sft_trains_on(agent_tiny, tmp_path, solver):
+    out = tmp_path / "sample"
+    assert main(["sample", f"model={agent_tiny}", "task=filesystem", f"engine={solver}", "split=test", "num_prompts=24",
+                 "n=2", "max_new_tokens=64", f"output_dir={out}", "progress_bar=false"]) == 0
+    rows = [json.loads(x) for x in (out / "data.jsonl").read_text().splitlines()]
+    assert rows and {r["family"] for r in rows} <= set(SOLVED)        # only the successful episodes
+    messages = rows[0]["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant"]
+    assert messages[1]["tool_calls"][0]["function"]["name"] in ("mkdir", "write_file")
+    assert {t["function"]["name"] for t in rows[0]["tools"]} >= {"mkdir", "write_file", "list_dir"}
+    sft = tmp_path / "sft"
+    assert main(["sft", f"model={agent_tiny}", f"dataset={out / 'data.jsonl'}", "max_steps=2",
+                 "per_device_train_batch_size=2", f"output_dir={sft}", "progress_bar=false", "eval_samples=0"]) == 0
+    assert (sft / "model").is_dir()
+
+
+def test_sft_on_a_tool_conversation_trains_only_the_assistant_turns(agent_tiny, tmp_path):
+    from aha.config import SFTConfig
+    from aha.train.sft import SFTTrainer
+    task = get_task("filesystem")
+    row = next(r for r in task.load("test") if r["family"] == "copy")
+    data = [{"messages": task.demonstrate(row), "tools": task.agent().schemas[None]}]
+    trainer = SFTTrainer(model=agent_tiny, args=SFTConfig(output_dir=str(tmp_path), max_steps=1, progress_bar=False),
+                         train_dataset=data)
+    prompt, completion, mask = trainer.examples[0]
+    tok = trainer.tokenizer
+    trained = tok.decode([t for t, m in zip(completion, mask) if m])
+    read = tok.decode([t for t, m in zip(completion, mask) if not m])
+    text = row["fs"]["start"]["files"][row["solution"][0][1]["path"]]  # what read_file returned
+    assert '"name": "read_file"' in trained and '"name": "write_file"' in trained and trained.endswith("Done.<|im_end|>")
+    assert "<tool_response>" in read and text in read and "<tool_response>" not in trained
+    assert "You can call these tools" in tok.decode(prompt)  # rendered with the schemas, as an episode's prompt
+

@@ -96,3 +96,31 @@ def test_grpo_config_reaches_the_demos_grpo_config_and_a_wrong_name_is_refused(t
     with pytest.raises(ConfigError, match="loss_typ"):
         agent.grpo_args(DemoConfig(variant="agent", grpo_config={"loss_typ": "x"}), tmp_path)
     assert main(["demo", "grpo_config={beta: 0.1}"]) == 2  # a setting of the agent demo only
+
+
+def test_the_episode_budget_is_a_quarter_above_the_longest_demonstration_in_the_demos_own_tokens():
+    """Measured as the demo measures: seed 0's SFT demonstrations fit the tokenizer (as build_model does), and the
+    longest of those and of the held-out tasks' demonstrations, in that tokenizer's tokens, fits the budget with
+    its margin (at 192 tokens, move-every-.txt demonstrations of 200 were cut as `length`)."""
+    from aha.config import DemoConfig
+    from aha.models.tiny import train_tokenizer
+    sft, _, _, test = agent.tasks(DemoConfig(variant="agent", seed=0))
+    demos = agent.demonstrations(sft)
+    tokenizer = train_tokenizer(agent.demo_texts(demos), agent.VOCAB)
+    longest = max(agent.episode_tokens(tokenizer, d) for d in demos + agent.demonstrations(test))
+    assert 150 <= longest and longest * agent.BUDGET_MARGIN <= agent.MAX_TOKENS
+
+
+def test_every_split_of_the_demo_holds_every_family_of_the_test_and_their_counts_are_printed(capsys):
+    """The demo slices one train list into SFT, dev and GRPO: the families take turns in it, and none runs dry (the
+    GRPO pool once held no copy and no mkdir task, both used up inside the SFT slice)."""
+    from aha.config import DemoConfig
+    splits = agent.tasks(DemoConfig(variant="agent", seed=3))
+    printed = capsys.readouterr().out
+    test_families = set(agent.family_counts(splits[3]))
+    assert test_families == set(FAMILIES)
+    for name, rows in zip(("sft", "dev", "grpo", "test"), splits):
+        counts = agent.family_counts(rows)
+        assert set(counts) == test_families and max(counts.values()) - min(counts.values()) <= 1
+        assert f"{name} tasks by family: " + ", ".join(f"{f} {k}" for f, k in counts.items()) in printed
+    assert len({r["id"] for s in splits[:3] for r in s}) == sum(map(len, splits[:3]))  # no task twice

@@ -108,3 +108,11 @@ def test_filesystem_calls_that_would_break_the_tree_are_refused_and_change_nothi
     env.tree.dirs.update(f"e{i}" for i in range(MAX_ENTRIES - len(env.tree.dirs) - len(env.tree.files)))
     with pytest.raises(OSError, match=f"at most {MAX_ENTRIES}"):
         env.write_file("one_more.txt", "t")
+
+
+def test_filesystem_families_take_turns_and_a_used_up_family_is_named():
+    rows = fs_tasks("train", 60, seed=2)
+    assert [r["family"] for r in rows[:12]] == list(FAMILIES) * 2
+    assert len({r["id"] for r in rows}) == 60
+    with pytest.raises(ValueError, match="family mkdir ran out of distinct test tasks"):
+        fs_tasks("test", 2000, seed=0, families=("mkdir",))

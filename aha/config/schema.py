@@ -193,6 +193,10 @@ class GRPOConfig(TrainConfig):
     reward_funcs: list[str] = field(default_factory=list)
     """Reward names from aha.rewards (math, format, ...) or module:function (overrides the task's)."""
     reward_kwargs: dict[str, Any] = field(default_factory=dict)
+    balance_by: Optional[str] = None
+    """Draw prompts round-robin over the values of this dataset column (e.g. `family`): each value as often as
+    another, a rare value's rows repeating sooner, each value's rows in a seeded order of their own. Not with a
+    streaming dataset."""
     """Per-reward constructor arguments, e.g. {math: {answer_column: gold}}."""
     reward_weights: Optional[list[float]] = None
     """Weight of each reward function in the sum (default: all 1)."""

@@ -1,5 +1,6 @@
-"""The order training draws dataset rows in: seeded permutations of a list (`PromptSampler`), or a streaming
-dataset read through its shuffle buffer (`StreamSampler`). A position is a few integers, saved in checkpoints."""
+"""The order training draws dataset rows in: seeded permutations of a list (`PromptSampler`), round-robin over a
+column's values (`BalancedSampler`), or a streaming dataset read through its shuffle buffer (`StreamSampler`). A
+position is a few integers, saved in checkpoints."""
 
 from __future__ import annotations
 
@@ -46,6 +47,70 @@ class PromptSampler:
             raise ValueError(f"the checkpoint's sampler position (epoch {epoch}, row {index}) is past this dataset's "
                              f"{self.n} rows: the dataset changed since the checkpoint (was it shrunk?)")
         return PromptSampler(self.n, self.seed, epoch, index, shuffle=self.shuffle)
+
+
+class BalancedSampler:
+    """Draws round-robin over the values of one column (GRPOConfig.balance_by): draw i is of value i % V (the V
+    values in sorted order), and each value's rows come in seeded permutations of their own, a new one each time
+    they are used up. Every value is drawn equally often, whatever its share of the rows: a rare value's rows
+    repeat sooner. Its position is one integer, the draws so far."""
+
+    def __init__(self, labels: list, seed: int, index: int = 0, shuffle: bool = True, column: str = "label"):
+        self.labels, self.seed, self.index, self.shuffle, self.column = labels, seed, index, shuffle, column
+        self.n = len(labels)
+        self.values = sorted(set(labels), key=lambda v: (type(v).__name__, v))
+        self.rows = {v: [i for i, x in enumerate(labels) if x == v] for v in self.values}
+        self._perms: dict[tuple[int, int], list[int]] = {}
+
+    def _row(self, i: int) -> int:
+        """The row of draw i."""
+        v, k = i % len(self.values), i // len(self.values)  # value, and its draws before this one
+        rows = self.rows[self.values[v]]
+        epoch, j = divmod(k, len(rows))
+        if not self.shuffle:
+            return rows[j]
+        if (v, epoch) not in self._perms:
+            seeded = torch.Generator().manual_seed(self.seed + 1_000_003 * v + epoch)
+            self._perms[(v, epoch)] = torch.randperm(len(rows), generator=seeded).tolist()
+        return rows[self._perms[(v, epoch)][j]]
+
+    def take(self, k: int) -> list[int]:
+        out = [self._row(i) for i in range(self.index, self.index + k)]
+        self.index += k
+        return out
+
+    def state(self) -> dict:
+        return {"index": self.index, "n": self.n, "balance_by": self.column, "values": len(self.values)}
+
+    def restored(self, state: dict) -> "BalancedSampler":
+        """The sampler at a checkpoint's position; a checkpoint of another draw order, or of a dataset with other
+        rows or other values in the column, is refused here, at resume."""
+        index = state.get("index")
+        if state.get("balance_by") != self.column or not isinstance(index, int) or index < 0:
+            raise ValueError(f"the checkpoint's sampler state {state!r} is not a balanced draw over column "
+                             f"{self.column!r}: was balance_by changed since the checkpoint?")
+        if (state.get("n"), state.get("values")) != (self.n, len(self.values)):
+            raise ValueError(f"the checkpoint was written with {state.get('n')} rows and {state.get('values')} values "
+                             f"of {self.column!r}; this dataset has {self.n} and {len(self.values)}: the dataset "
+                             "changed since the checkpoint; restore it, or start a new run")
+        return BalancedSampler(self.labels, self.seed, index, self.shuffle, self.column)
+
+
+def balance_labels(rows: list[dict], column: str) -> list:
+    """Each row's value of `column`, the labels a BalancedSampler draws over; a row without it, or with a value that
+    cannot label (not hashable), is an error naming the row."""
+    labels = []
+    for i, row in enumerate(rows):
+        if column not in row:
+            raise ValueError(f"balance_by={column!r}: dataset row {i} has no column {column!r} (columns: "
+                             f"{sorted(row)})")
+        try:
+            hash(row[column])
+        except TypeError:
+            raise ValueError(f"balance_by={column!r}: dataset row {i}'s value {row[column]!r:.60} cannot label a "
+                             "group of rows (a string or number can)") from None
+        labels.append(row[column])
+    return labels
 
 
 _END = object()  # what next() gives at the end of a stream

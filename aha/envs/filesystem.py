@@ -259,22 +259,24 @@ def _create(rng: random.Random) -> tuple[str, dict, list]:
 
 
 def _rename(rng: random.Random) -> tuple[str, dict, list]:
-    a, b = _names(rng, 2, "txt")
-    return (f'Rename "docs/{a}" to "docs/{b}".', {"files": {f"docs/{a}": rng.choice(LINES)}, "dirs": []},
-            [("move", {"src": f"docs/{a}", "dst": f"docs/{b}"})])
+    folder, (a, b) = rng.choice(FOLDERS), _names(rng, 2, rng.choice(("txt", "md")))
+    return (f'Rename "{folder}/{a}" to "{folder}/{b}".', {"files": {f"{folder}/{a}": rng.choice(LINES)}, "dirs": []},
+            [("move", {"src": f"{folder}/{a}", "dst": f"{folder}/{b}"})])
 
 
 def _copy(rng: random.Random) -> tuple[str, dict, list]:
-    name, text = _names(rng, 1, "txt")[0], rng.choice(LINES)
-    return (f'Copy "notes/{name}" into "backup".', {"files": {f"notes/{name}": text}, "dirs": ["backup"]},
-            [("read_file", {"path": f"notes/{name}"}), ("write_file", {"path": f"backup/{name}", "content": text})])
+    (src, dst), name, text = rng.sample(FOLDERS, 2), _names(rng, 1, rng.choice(("txt", "md")))[0], rng.choice(LINES)
+    return (f'Copy "{src}/{name}" into "{dst}".', {"files": {f"{src}/{name}": text}, "dirs": [dst]},
+            [("read_file", {"path": f"{src}/{name}"}), ("write_file", {"path": f"{dst}/{name}", "content": text})])
 
 
 def _mkdir(rng: random.Random) -> tuple[str, dict, list]:
-    a, b = rng.sample(WORDS, 2)
-    return f'Make a folder "{a}/{b}".', {"files": {}, "dirs": []}, [("mkdir", {"path": f"{a}/{b}"})]
+    path = "/".join(rng.sample(WORDS, rng.randint(2, 3)))
+    return f'Make a folder "{path}".', {"files": {}, "dirs": []}, [("mkdir", {"path": path})]
 
 
+FOLDERS = ("notes", "docs", "backup", "work", "inbox")
+"""The folders rename and copy tasks use (copy: from one into another that exists)."""
 FAMILIES = {"move_txt": _move_txt, "delete_logs": _delete_logs, "create": _create, "rename": _rename,
             "copy": _copy, "mkdir": _mkdir}
 """Task family -> rng -> (instruction, starting tree, the calls that solve it)."""
@@ -288,24 +290,32 @@ def solve(start: dict, steps: list) -> tuple[dict, list[tuple[str, dict, str]]]:
     return env.tree.to_dict(), results
 
 
+TRIES = 1000
+"""Draws of a family that may in a row give a task already made (or of the other split) before it counts as used up."""
+
+
 def make_tasks(split: str, n: int, seed: int = 0, families: tuple[str, ...] = tuple(FAMILIES)) -> list[dict]:
-    """n task rows of `split` ("train" or "test", by a hash of the instruction and the starting tree): prompt
-    (chat messages), `fs` (instruction, start, goal), `solution` (the solving calls with their results: the
-    demonstrations a cold start learns from), `family` and `id`."""
+    """n distinct task rows of `split` ("train" or "test", by a hash of the instruction and the starting tree), the
+    families in turn (row i is of families[i % len(families)]), so every slice of len(families) rows holds each
+    family once: prompt (chat messages), `fs` (instruction, start, goal), `solution` (the solving calls with their
+    results: the demonstrations a cold start learns from), `family` and `id`. A family's distinct tasks number
+    thousands (the fewest, mkdir and copy: about 6,500 and 7,200 train, 750 and 800 test), so a run may draw its SFT,
+    dev and GRPO tasks from one train list without a family running dry; asking more of one than it has is an error."""
     rng, rows, seen = random.Random(f"fs-{seed}-{split}"), [], set()
-    for _ in range(100 * n):
-        if len(rows) == n:
-            break
-        family = rng.choice(families)
-        instruction, start, steps = FAMILIES[family](rng)
-        start = FileTree(**start).to_dict()
-        key = f"{instruction} {sorted(start['files'].items())}"
-        if key in seen or split_of(key) != split:
-            continue
+    while len(rows) < n:
+        family = families[len(rows) % len(families)]
+        for _ in range(TRIES):
+            instruction, start, steps = FAMILIES[family](rng)
+            start = FileTree(**start).to_dict()
+            key = f"{instruction} {sorted(start['files'].items())}"
+            if key not in seen and split_of(key) == split:
+                break
+        else:
+            made = sum(r["family"] == family for r in rows)
+            raise ValueError(f"family {family} ran out of distinct {split} tasks at {made} (asked for {n} tasks of "
+                             f"{len(families)} families in turn)")
         seen.add(key)
         goal, solution = solve(start, steps)
         rows.append({"prompt": [{"role": "user", "content": instruction}], "id": key, "family": family,
                      "fs": {"instruction": instruction, "start": start, "goal": goal}, "solution": solution})
-    if len(rows) < n:
-        raise ValueError(f"families {families} have only {len(rows)} distinct {split} tasks; asked for {n}")
     return rows

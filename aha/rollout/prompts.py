@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ..data import check_row, has_columns, is_stream, load_rows
-from ..data.sampler import PromptSampler, StreamSampler
+from ..data.sampler import BalancedSampler, PromptSampler, StreamSampler, balance_labels
 from ..rewards import check_columns, check_not_all_null
 from ..rewards.scoring import needed_columns
 
@@ -19,7 +19,8 @@ class PromptSource:
     read. Rows are read before the model loads (a data error is told at once); `encode_with` then gives each its
     prompt ids."""
 
-    def __init__(self, dataset, prompt_column: str | None, seed: int, shuffle: bool, reward_funcs: list[Callable]):
+    def __init__(self, dataset, prompt_column: str | None, seed: int, shuffle: bool, reward_funcs: list[Callable],
+                 balance_by: str | None = None):
         self.streaming, self.prompt_column = is_stream(dataset), prompt_column
         self.required = tuple(dict.fromkeys(c for f in reward_funcs for c in needed_columns(f)))
         self.encode: Callable[[int, dict], list[int] | None] = lambda i, row: None
@@ -31,8 +32,13 @@ class PromptSource:
             self.rows = [has_columns(r, i, self.required) for i, r in enumerate(rows)]
             check_not_all_null(reward_funcs, self.rows)
             self.prompt_ids = [None] * len(self.rows)
-            self.sampler = PromptSampler(len(self.rows), seed, shuffle=shuffle)
+            self.sampler = (BalancedSampler(balance_labels(self.rows, balance_by), seed, shuffle=shuffle,
+                                            column=balance_by) if balance_by else
+                            PromptSampler(len(self.rows), seed, shuffle=shuffle))
             return
+        if balance_by:
+            raise ValueError(f"balance_by={balance_by!r} needs a dataset of known rows: a streaming dataset's values "
+                             "are not known before they are read")
         if iter(dataset) is dataset:
             raise ValueError(f"train_dataset is a {type(dataset).__name__}, which can be read only once, and "
                              "training reads its rows again every epoch: pass a list, a datasets.Dataset, or "

@@ -129,7 +129,7 @@ class GRPOTrainer(Trainer):
         self.agent = make_agent(args, tools, environment_factory)
         self.reward_funcs, self.reward_weights = self._rewards(reward_funcs)        # [F]
         self.prompts = PromptSource(self._training_rows(train_dataset), self._prompt_column(), args.seed,
-                                    args.shuffle_dataset, self.reward_funcs)
+                                    args.shuffle_dataset, self.reward_funcs, args.balance_by)
         self.streaming = self.prompts.streaming
 
         self.model, self.tokenizer = setup_model(args, model, processing_class, peft_config)

@@ -1,0 +1,67 @@
+"""balance_by: prompts drawn round-robin over a column's values, resumable, refused where it cannot hold."""
+
+import pytest
+
+from aha.config import GRPOConfig
+from aha.data.sampler import BalancedSampler
+from aha.train.grpo import GRPOTrainer
+
+LABELS = ["a"] * 6 + ["b"] * 2 + ["c"]  # rows 0-5 a, 6-7 b, 8 c
+
+
+def test_draws_cycle_through_the_values_and_each_values_rows_are_permutations():
+    s = BalancedSampler(LABELS, seed=0)
+    drawn = s.take(18)                                  # 6 rounds of (a, b, c)
+    assert [LABELS[i] for i in drawn] == ["a", "b", "c"] * 6
+    a, b, c = drawn[0::3], drawn[1::3], drawn[2::3]
+    assert sorted(a) == list(range(6))                  # a's 6 rows, each once in its first pass
+    assert sorted(b[:2]) == sorted(b[2:4]) == sorted(b[4:]) == [6, 7]  # b's 2 rows: a fresh permutation each pass
+    assert c == [8] * 6                                 # the rare value is drawn as often as the common one
+    assert BalancedSampler(LABELS, seed=0).take(18) == drawn  # seeded
+    assert BalancedSampler(LABELS, 0, shuffle=False).take(6) == [0, 6, 8, 1, 7, 8]  # in dataset order
+
+
+def test_a_restored_sampler_draws_what_the_uninterrupted_one_would():
+    full = BalancedSampler(LABELS, seed=3).take(20)
+    first = BalancedSampler(LABELS, seed=3, column="family")
+    head = first.take(7)
+    state = first.state()
+    assert state == {"index": 7, "n": 9, "balance_by": "family", "values": 3}
+    assert head + BalancedSampler(LABELS, seed=3, column="family").restored(state).take(13) == full
+
+
+def test_a_changed_dataset_or_draw_order_is_refused_at_resume():
+    s = BalancedSampler(LABELS, seed=0, column="family")
+    with pytest.raises(ValueError, match="changed since the checkpoint"):
+        BalancedSampler(LABELS + ["d"], 0, column="family").restored(s.state())
+    with pytest.raises(ValueError, match="was balance_by changed"):
+        s.restored({"epoch": 0, "index": 3, "n": 9})    # a plain shuffled order's position
+
+
+def digit_share(prompts, completions, **kw):
+    return [sum(ch.isdigit() for ch in c) / max(len(c), 1) for c in completions]
+
+
+def _args(tmp_path, **kw):
+    return GRPOConfig(**{**dict(output_dir=str(tmp_path / "run"), max_steps=1, num_generations=2,
+                                per_device_train_batch_size=6, max_completion_length=4, progress_bar=False,
+                                report_to=["jsonl"], log_completions_steps=0, seed=0), **kw})
+
+
+def test_the_trainer_draws_each_family_equally_when_balance_by_names_the_column(tiny_dir, tmp_path):
+    rows = [{"prompt": f"{i}+1=", "family": "common"} for i in range(40)] + [{"prompt": "7*7=", "family": "rare"}]
+    t = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], args=_args(tmp_path, balance_by="family"),
+                    train_dataset=rows)
+    batch, _ = t.next_batch()                           # 3 prompts: common, rare, common
+    assert [r["family"] for r in batch.rows] == ["common", "rare", "common"]
+    with pytest.raises(ValueError, match="dataset row 41 has no column 'family'"):
+        GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], args=_args(tmp_path, balance_by="family"),
+                    train_dataset=rows + [{"prompt": "1+1="}])
+
+
+def test_balance_by_is_refused_for_a_streaming_dataset(tiny_dir, tmp_path):
+    datasets = pytest.importorskip("datasets")
+    stream = datasets.IterableDataset.from_generator(lambda: ({"prompt": "1+1=", "family": "x"} for _ in range(4)))
+    with pytest.raises(ValueError, match="balance_by='family' needs a dataset of known rows"):
+        GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], args=_args(tmp_path, balance_by="family"),
+                    train_dataset=stream)

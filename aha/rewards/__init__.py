@@ -13,6 +13,7 @@ from .calculator_steps import CalculatorStepsReward
 from .code_tests import CodeReward, code_reward, extract_program, parse_tests
 from .countdown import CountdownReward, countdown_reward, countdown_value
 from .countdown import CountdownStepsReward
+from .episode import CutAsFailure, EndedReward, ToolEfficiency, ToolErrorPenalty
 from .format import FormatGated, FormatReward, format_ok, format_reward
 from .language import LanguageConsistencyReward, language_consistency_reward
 from .length import LengthPenalty, SoftOverlongReward, length_penalty_reward, soft_overlong_reward
@@ -31,6 +32,10 @@ REWARDS: dict[str, type | Callable] = {
     "soft_overlong": SoftOverlongReward,
     "length_penalty": LengthPenalty,
     "language_consistency": LanguageConsistencyReward,
+    "episode_ended": EndedReward,
+    "tool_errors": ToolErrorPenalty,
+    "tool_efficiency": ToolEfficiency,
+    "cut_as_failure": CutAsFailure,
 }
 
 
@@ -59,5 +64,6 @@ __all__ = [
     "SoftOverlongReward", "LengthPenalty", "soft_overlong_reward", "length_penalty_reward",
     "LanguageConsistencyReward", "language_consistency_reward",
     "CodeReward", "code_reward", "extract_program", "parse_tests",
+    "EndedReward", "ToolErrorPenalty", "ToolEfficiency", "CutAsFailure",
     "Limits", "SandboxResult", "isolation", "run_tests",
 ]

@@ -19,7 +19,8 @@ from .steps import clean_steps, is_steps, non_integer_end, step_mean
 
 logger = logging.getLogger(__name__)
 
-TRL_ARGUMENTS = {"prompts", "completions", "completion_ids", "trainer_state", "log_metric", "log_extra", "environments"}
+TRL_ARGUMENTS = {"prompts", "completions", "completion_ids", "trainer_state", "log_metric", "log_extra", "environments",
+                 "episodes"}  # the last is aha's: how an agent's episodes ended, their calls' outcomes
 LOGGED = "reward/logged/"
 """Metrics a reward function gives through TRL's `log_metric(name, value)`: reward/logged/<name>, the mean of the
 values logged in the step."""
@@ -285,7 +286,7 @@ def _call_all(reward_funcs: list[Callable], kwargs: dict, timeout_s: float) -> l
 def score_completions(reward_funcs: list[Callable], prompts: list, completions: list, columns: dict[str, list],
                       completion_ids: list | None = None, trainer_state: Any = None,
                       timeout_s: float = math.inf, environments: list | None = None,
-                      steps_out: list | None = None) -> tuple[Any, dict[str, float]]:
+                      steps_out: list | None = None, episodes: list | None = None) -> tuple[Any, dict[str, float]]:
     """Rewards [N, F] (float32, NaN where a value is None, non-finite, or its function raised or timed out) and
     metrics: `reward/errors` (calls that raised, exited, or gave values none of which is usable),
     `reward/call_timeouts` (calls cut at `timeout_s`), `reward/<name>/failed` (1.0 when that function's call
@@ -297,7 +298,8 @@ def score_completions(reward_funcs: list[Callable], prompts: list, completions: 
     calling thread: verifiers parallelise their own batches, and libraries such as math-verify use signal-based
     time-outs that only work on the main thread. Every call gets `timeout_s` of wall clock and its own deep copy
     of the prompts, completions and columns. An agent's `environments` (one per completion, as TRL passes them)
-    are shared, not copied: a function reads each episode's final state.
+    are shared, not copied: a function reads each episode's final state. Their `episodes` say how each ended and
+    what its tool calls came to ({"finish", "calls", "outcomes"}: aha.rewards.episode).
 
     A function may give a completion a list of (end, score) step rewards (aha.rewards.steps): its matrix entry is
     the mean usable step score, and a list `steps_out` receives per completion the (end, score, function index)
@@ -308,7 +310,7 @@ def score_completions(reward_funcs: list[Callable], prompts: list, completions: 
     logged: dict[str, list[float]] = {}
     kwargs = dict(columns, prompts=prompts, completions=completions, completion_ids=completion_ids,
                   trainer_state=trainer_state,  # as TRL passes it: curricula read trainer_state.global_step
-                  environments=environments, log_extra=_no_log_extra,
+                  environments=environments, episodes=episodes, log_extra=_no_log_extra,
                   log_metric=lambda name, value: logged.setdefault(str(name), []).append(float(value)))
     kwargs = {k: v for k, v in kwargs.items() if v is not None or k in columns}  # the optional ones when given
     outcomes = _call_all(reward_funcs, kwargs, timeout_s)
@@ -369,7 +371,8 @@ def score_groups(reward_funcs: list[Callable], rows: list[dict], texts: list[str
     columns = {k: [r.get(k) for r in rows for _ in range(n)] for k in keys}
     rewards, metrics = score_completions(reward_funcs, prompts, completions, columns, completion_ids=completion_ids,
                                          trainer_state=trainer_state, timeout_s=timeout_s,
-                                         environments=episodes.get("environments"), steps_out=steps_out)  # [N, F]
+                                         environments=episodes.get("environments"), steps_out=steps_out,
+                                         episodes=episodes.get("episodes"))  # [N, F]
     return rewards, {**metrics, **column_metrics(reward_funcs, rewards)}
 
 

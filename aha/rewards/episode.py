@@ -1,0 +1,163 @@
+"""Episode rewards: TRL-signature reward functions that score how an agent's episode went, not only where it ended,
+to be added beside a task's own success reward (an environment's get_reward, or a verifier).
+
+They read the `episodes` argument aha gives every reward function for an agent's episodes: per episode its
+`finish` ("stop": the model ended it; "length": cut by the token budget; "tool_limit": it asked for tools after
+max_tool_calling_iterations rounds), `calls` (tool calls run) and `outcomes` (outcome -> count, aha.envs.tools:
+ok, malformed, unknown, bad_arguments, raised, bad_result, timeout). A batch without episodes (no agent) is an
+error naming the reward. Success, where one is read, is each episode environment's get_reward() >= `threshold`
+unless `success` gives another TRL-signature reward function to read it from.
+
+    episode_ended      e = 1 if finish == "stop" else 0
+    tool_errors        p = -min(1, per_error * errors), errors = calls whose outcome is not ok or timeout
+    tool_efficiency    OTC-GRPO's tool factor (arXiv 2504.14870) on successful episodes, 0 on the others
+    cut_as_failure     -s on an episode that did not end by itself, 0 otherwise: beside a success reward s of the
+                       same weight, a cut episode totals 0, a failure however right its final state
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+from .base import Reward
+
+CUT = ("length", "tool_limit")
+"""The finishes of an episode that did not end by itself."""
+
+
+def episode_records(name: str, kwargs: dict) -> list[dict]:
+    """The `episodes` argument, or an error naming the reward that needs it."""
+    episodes = kwargs.get("episodes")
+    if episodes is None:
+        raise ValueError(f"reward {name} scores an agent's episodes (the `episodes` argument) and got none: use it "
+                         "with tools or environment_factory")
+    return episodes
+
+
+def failed_calls(episode: dict) -> int:
+    """Tool calls that raised, were malformed, named no tool, had arguments the schema refuses or gave a result
+    that is not text: every outcome but ok and timeout (a slow tool is not the model's error), as tools/errors."""
+    outcomes = episode["outcomes"]
+    return sum(outcomes.values()) - outcomes.get("ok", 0) - outcomes.get("timeout", 0)
+
+
+def success_values(success: Callable | None, prompts: list, completions: list, kwargs: dict) -> list[float]:
+    """Each episode's success reward: `success(prompts, completions, **kwargs)`, or its environment's get_reward();
+    NaN where there is none (None, not a number)."""
+    if success is not None:
+        values = success(prompts, completions, **kwargs)
+    else:
+        environments = kwargs.get("environments") or [None] * len(completions)
+        values = [getattr(e, "get_reward", lambda: None)() for e in environments]
+    return [float(v) if isinstance(v, (int, float)) and math.isfinite(v) else math.nan for v in values]
+
+
+def otc_factor(m: int, n: int, c: float = 1.0) -> float:
+    """OTC-GRPO's tool factor for an episode of m calls when the fewest calls among its group's successful episodes
+    is n: sin(f * pi / (2n)) with f = 2nm / (m + n) (1 at m = n, falling toward 0 as m grows past it); when n = 0,
+    cos(m * pi / (2m + c)) (1 at m = 0), c the smoothing constant.
+
+    >>> otc_factor(2, 2), round(otc_factor(4, 2), 4), otc_factor(0, 0), round(otc_factor(1, 0), 4)
+    (1.0, 0.866, 1.0, 0.5)
+    """
+    if n == 0:
+        return math.cos(m * math.pi / (2 * m + c))
+    return math.sin(2 * n * m / (m + n) * math.pi / (2 * n))
+
+
+class EndedReward(Reward):
+    """1.0 when the episode ended by itself (a model turn that calls no tool), 0.0 when the token budget or the
+    turn limit cut it.
+
+    >>> EndedReward()(None, [[], []], episodes=[{"finish": "stop"}, {"finish": "length"}])
+    [1.0, 0.0]
+    """
+
+    name = "episode_ended"
+
+    def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float]:
+        return [float(e["finish"] == "stop") for e in episode_records(self.name, kwargs)]
+
+
+class ToolErrorPenalty(Reward):
+    """-min(1, per_error * errors): each call that failed (`failed_calls`) costs per_error, at most 1 in all; 0 for
+    an episode whose calls all worked, or that made none. (ToolRL, arXiv 2504.13958, scores a call's structure 0/1;
+    this counts what the calls came to, so a run of bad calls costs more than one.)
+
+    >>> ToolErrorPenalty()(None, [[], []], episodes=[{"outcomes": {"ok": 2, "raised": 1}}, {"outcomes": {}}])
+    [-0.5, 0.0]
+    """
+
+    name = "tool_errors"
+
+    def __init__(self, per_error: float = 0.5):
+        super().__init__()
+        if not per_error > 0 or not math.isfinite(per_error):
+            raise ValueError(f"per_error must be a positive number, got {per_error!r}")
+        self.per_error = per_error
+
+    def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float]:
+        return [0.0 - min(1.0, self.per_error * failed_calls(e)) for e in episode_records(self.name, kwargs)]
+
+
+class ToolEfficiency(Reward):
+    """OTC-GRPO's tool efficiency: a successful episode (success >= threshold) of m calls scores
+    `otc_factor(m, n)`, n the fewest calls among its group's successful episodes; a failed one scores 0. Groups are
+    `group_size` consecutive episodes (the trainer's num_generations). OTC multiplies the correctness reward by the
+    factor; added beside a 0/1 success reward s at weight w, an episode totals s * (1 + w * factor). With
+    cut_is_failure, an episode that did not end by itself is not a success (nor counted in n).
+
+    >>> eps = [{"calls": 2, "finish": "stop"}, {"calls": 4, "finish": "stop"}, {"calls": 1, "finish": "stop"}]
+    >>> [round(x, 4) for x in ToolEfficiency(3, success=lambda p, c, **k: [1, 1, 0])(None, [[]] * 3, episodes=eps)]
+    [1.0, 0.866, 0.0]
+    """
+
+    name = "tool_efficiency"
+
+    def __init__(self, group_size: int, success: Callable | None = None, threshold: float = 1.0, c: float = 1.0,
+                 cut_is_failure: bool = False):
+        super().__init__()
+        if not isinstance(group_size, int) or group_size < 1:
+            raise ValueError(f"group_size must be the trainer's num_generations (an integer >= 1), got {group_size!r}")
+        if not c > 0:
+            raise ValueError(f"c must be > 0, got {c!r}")
+        self.group_size, self.success, self.threshold, self.c = group_size, success, threshold, c
+        self.cut_is_failure = cut_is_failure
+
+    def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float]:
+        episodes, G = episode_records(self.name, kwargs), self.group_size
+        if len(episodes) % G:
+            raise ValueError(f"{len(episodes)} episodes are not whole groups of group_size={G}")
+        ok = [s >= self.threshold and not (self.cut_is_failure and e["finish"] in CUT)
+              for s, e in zip(success_values(self.success, prompts, completions, kwargs), episodes)]
+        out = []
+        for g in range(0, len(episodes), G):
+            calls = [e["calls"] for e in episodes[g:g + G]]
+            fewest = min((m for m, good in zip(calls, ok[g:g + G]) if good), default=0)
+            out += [otc_factor(m, fewest, self.c) if good else 0.0 for m, good in zip(calls, ok[g:g + G])]
+        return out
+
+
+class CutAsFailure(Reward):
+    """-s for an episode that did not end by itself (finish in `finishes`: the token budget or the turn limit cut
+    it), 0 otherwise, s its success reward (NaN s: None). Beside that success reward, at the same weight, a cut
+    episode totals 0: it scores as a failure, however right its final state. (Leaving cut episodes out of the loss,
+    mask_truncated_completions, removes them; this penalises running on.)
+
+    >>> CutAsFailure(success=lambda p, c, **k: [1.0, 1.0, 0.0])(
+    ...     None, [[]] * 3, episodes=[{"finish": "stop"}, {"finish": "length"}, {"finish": "tool_limit"}])
+    [0.0, -1.0, 0.0]
+    """
+
+    name = "cut_as_failure"
+
+    def __init__(self, success: Callable | None = None, finishes: tuple[str, ...] = CUT):
+        super().__init__()
+        if not finishes or set(finishes) - set(CUT):
+            raise ValueError(f"finishes must name some of {CUT}, got {finishes!r}")
+        self.success, self.finishes = success, tuple(finishes)
+
+    def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float | None]:
+        episodes = episode_records(self.name, kwargs)
+        values = success_values(self.success, prompts, completions, kwargs)
+        return [None if math.isnan(s) else 0.0 - s * (e["finish"] in self.finishes) for s, e in zip(values, episodes)]

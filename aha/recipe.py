@@ -264,8 +264,8 @@ def run_recipe(path: str, overrides: list[str] | None = None) -> dict:
             if STAGES[kind].makes_model and ev:
                 summary = run_eval(EvalConfig(model=_output(stage_dir, kind), output_dir=str(stage_dir / "eval"),
                                               progress_bar=False, **ev))
-                record["eval"] = {k: summary[k] for k in ("accuracy", "accuracy_ci95", "format_frac", "len_mean")
-                                  if k in summary}
+                record["eval"] = {k: summary[k] for k in summary if k in ("accuracy", "accuracy_ci95", "format_frac",
+                                                                          "len_mean") or k.startswith("accuracy/")}
             atomic_write(done, json.dumps(record, indent=2))  # the marker: all or nothing, never torn
         outputs[name] = _output(stage_dir, kind)
         if STAGES[kind].makes_model:

@@ -149,3 +149,29 @@ def test_sft_on_a_tool_conversation_trains_only_the_assistant_turns(agent_tiny, 
     assert "<tool_response>" in read and text in read and "<tool_response>" not in trained
     assert "You can call these tools" in tok.decode(prompt)  # rendered with the schemas, as an episode's prompt
 
+
+
+SMOKE = {"sft": {"max_steps": 1, "per_device_train_batch_size": 2},
+         "grpo": {"max_steps": 1, "num_generations": 2, "per_device_train_batch_size": 2, "max_completion_length": 24},
+         "sample": {"num_prompts": 24, "n": 2, "max_new_tokens": 64}}
+"""Smoke settings put over each stage type's of the example recipe."""
+
+
+def test_the_agent_recipe_runs_end_to_end_with_smoke_settings(agent_tiny, tmp_path, solver):
+    """The shipped recipe as it is, each stage shortened; its sampling stage draws from the scripted policy, so the
+    SFT on rejection-sampled episodes has episodes to learn from."""
+    from importlib.resources import files
+
+    from aha.recipe import run_recipe
+    recipe = yaml.safe_load(files("aha.examples").joinpath("recipe_agent_filesystem.yaml").read_text())
+    assert [s["type"] for s in recipe["stages"]] == ["sft", "grpo", "sample", "sft", "grpo"]
+    for stage in recipe["stages"]:
+        stage.update(SMOKE[stage["type"]], **({"engine": solver} if stage["type"] == "sample" else {}))
+    recipe.update(model=agent_tiny, output_dir=str(tmp_path / "recipe"),
+                  eval={**recipe["eval"], "num_problems": 6, "max_new_tokens": 24})
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    summary = run_recipe(str(path))
+    assert [r["stage"] for r in summary["stages"]] == ["cold_start", "grpo1", "rejection_sampling", "rs_sft", "grpo2"]
+    assert all("accuracy_ci95" in r["eval"] for r in summary["stages"] if r["type"] != "sample")
+    assert summary["stages"][2]["result"]["rows_kept"] > 0

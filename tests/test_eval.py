@@ -165,11 +165,11 @@ def _canned(monkeypatch, greedy: list[str], samples: list[list[str]] = ()):
     """evaluate() reads these completions instead of a model's: greedy[i] for row i, samples[i] its n (>= 2)."""
     import aha.eval
 
-    def generate(model, tokenizer, rows, n, params, batch_size, seed, desc, progress):
+    def generate(model, tokenizer, task, rows, n, params, *args):
         texts = list(greedy) if n == 1 else [t for row in samples for t in row]
         assert len(texts) == len(rows) * n
-        return texts, [len(t) for t in texts]
-    monkeypatch.setattr(aha.eval, "_generate", generate)
+        return aha.eval.Generated(texts, [len(t) for t in texts])
+    monkeypatch.setattr(aha.eval, "generate", generate)
 
 
 def test_majority_vote_groups_equal_answers_and_takes_the_winners_verdict():

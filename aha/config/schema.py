@@ -359,8 +359,9 @@ class GRPOConfig(TrainConfig):
     """Rounds of tool calls an episode may make (TRL's name); a turn that calls tools after them ends the episode,
     truncated. None: no limit but max_completion_length."""
     tool_timeout: float = 30.0
-    """Wall-clock seconds one tool call may take; past it the model gets an error message instead (counted in
-    tools/timeouts) and the call is abandoned."""
+    """Wall-clock seconds one tool call, or an environment's reset, may take; past it the model gets an error message
+    instead (counted in tools/timeouts), the call is abandoned and its environment retired (a reset past it is an
+    error)."""
     chat_template_kwargs: Optional[dict[str, Any]] = None
     """Extra arguments to the chat template for every chat prompt (TRL's name), e.g. {enable_thinking: false}."""
     # The system at scale (aha.dist, on Ray). At these defaults everything runs in this one process, without Ray.

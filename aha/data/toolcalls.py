@@ -6,8 +6,15 @@ and is prefix-preserving (appending a message never changes how the earlier ones
 any other (SmolLM2-Instruct's, the tiny models' plain ChatML) gets `TOOL_TEMPLATE`: ChatML with the tool-call format
 of Hermes and Qwen2.5 (calls written as `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`, results
 in a `tool` turn inside `<tool_response>` tags), its tools listed one per line in the system turn (name, typed
-parameters, description) rather than as JSON schemas, so the prompt stays short. Calls are parsed with the tokenizer's own `response_template` (transformers'
-`parse_response`) where it has one, else in that Hermes form.
+parameters, description) rather than as JSON schemas, so the prompt stays short. Calls are parsed with the
+tokenizer's own `response_template` (transformers' `parse_response`) where it has one, else in that Hermes form; a
+call whose JSON Python cannot read (nested past the recursion limit, an integer of more than 4,300 digits) or whose
+arguments nest deeper than `MAX_ARGUMENT_DEPTH` is a malformed call.
+
+A tool's text is the environment's, not the template's: it is tokenized as plain text, so a `<|im_end|>` a tool
+writes is those characters, never the end-of-turn token (only the template's own markers are control tokens).
+A result longer than `budget × L` characters (L: the most characters one token covers, aha.data.length) cannot fit
+in `budget` tokens; it is cut to that before it is tokenized or logged.
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ import json
 import re
 from dataclasses import dataclass
 from typing import Any
+
+from .length import longest_token_chars
 
 TOOL_TEMPLATE = (
     '{%- if tools %}'
@@ -57,6 +66,13 @@ TOOL_TEMPLATE = (
 parameters and description: a short prompt, for small models and short contexts), calls and results in the
 Hermes / Qwen2.5 tags. Prefix-preserving by construction."""
 
+MAX_ARGUMENT_DEPTH = 64
+"""The deepest nesting of lists and objects a tool call's arguments may have: deeper ones could not be copied,
+printed or logged within Python's recursion limit."""
+CHARS_PER_TOKEN_UNPROVEN = 64
+"""Characters per token assumed for cutting a tool result when the tokenizer has no proven bound (aha.data.length)."""
+PLAIN = "AHAPLAINTEXT{}END"
+"""Stands in for the k-th message's content while its place in the rendered text is found."""
 CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.S)
 OPEN = "<tool_call>"
 _PROBE_TOOL = {"type": "function", "function": {"name": "probe_tool", "description": "A probe.", "parameters": {
@@ -101,15 +117,47 @@ def _read_call(body: str) -> ToolCall:
         call = json.loads(body)
     except json.JSONDecodeError as e:
         return ToolCall("", body.strip(), f"malformed tool call JSON ({e.msg} at character {e.pos})")
+    except (ValueError, RecursionError) as e:  # an integer past Python's 4,300 digits; nesting past the stack
+        return ToolCall("", body.strip(), f"malformed tool call JSON ({type(e).__name__}: {str(e)[:100]})")
+    if depth(call, MAX_ARGUMENT_DEPTH + 1) > MAX_ARGUMENT_DEPTH + 1:  # the call's object, then its arguments
+        return too_deep(body.strip())
     if not isinstance(call, dict) or not isinstance(call.get("name"), str):
         return ToolCall("", call, 'a tool call must be a JSON object {"name": ..., "arguments": {...}}')
     arguments = call.get("arguments", call.get("parameters", {}))
     if isinstance(arguments, str):  # some models write the arguments as a JSON string
         try:
-            arguments = json.loads(arguments)
-        except json.JSONDecodeError:
-            pass
+            inner = json.loads(arguments)
+        except (ValueError, RecursionError):
+            inner = arguments
+        if too_deep_arguments(inner):
+            return too_deep(body.strip())
+        arguments = inner
     return ToolCall(call["name"], arguments)
+
+
+def depth(value: Any, limit: int) -> int:
+    """How deep lists and dicts nest in `value` (0 for a scalar), counted level by level (no recursion) and only
+    up to limit + 1.
+
+    >>> depth({"a": [1, {"b": []}]}, 64)
+    4
+    """
+    deepest, level = 0, [value]
+    while deepest <= limit:
+        containers = [x for x in level if isinstance(x, (list, tuple, dict))]
+        if not containers:
+            break
+        deepest += 1
+        level = [v for x in containers for v in (x.values() if isinstance(x, dict) else x)]
+    return deepest
+
+
+def too_deep_arguments(arguments: Any) -> bool:
+    return depth(arguments, MAX_ARGUMENT_DEPTH) > MAX_ARGUMENT_DEPTH
+
+
+def too_deep(text: str) -> ToolCall:
+    return ToolCall("", text, f"malformed tool call: its arguments nest deeper than {MAX_ARGUMENT_DEPTH} levels")
 
 
 class ToolChat:
@@ -118,6 +166,11 @@ class ToolChat:
 
     def __init__(self, tokenizer, template_kwargs: dict | None = None):
         self.tokenizer, self.kwargs, self.template = tokenizer, dict(template_kwargs or {}), None
+        specials = {t.content: i for i, t in getattr(tokenizer, "added_tokens_decoder", {}).items() if t.special}
+        self.specials = specials
+        """A special token's text -> its id: the control tokens only the template may write."""
+        self.special_text = re.compile("(" + ("|".join(map(re.escape, sorted(specials, key=len, reverse=True)))
+                                              or "(?!)") + ")")
         self.template = None if self._own_template_works() else TOOL_TEMPLATE
         """None: the tokenizer's own template; else aha's TOOL_TEMPLATE."""
         self.parses = self.template is None and getattr(tokenizer, "response_template", None) is not None
@@ -130,12 +183,14 @@ class ToolChat:
                                                   chat_template=template or self.template, **self.kwargs)
 
     def _own_template_works(self) -> bool:
-        """The tokenizer's template renders the probe conversation's tools, call and result, prefix-preserving."""
+        """The tokenizer's template renders the probe conversation's tools, call and result, prefix-preserving, and
+        writes a tool message's content where it can be tokenized as plain text (encode_plain)."""
         if not getattr(self.tokenizer, "chat_template", None):
             return False
         try:
             full = self.render(_PROBE, [_PROBE_TOOL])
             parts = [self.render(_PROBE[:k], [_PROBE_TOOL]) for k in (2, 3)]
+            self.encode_plain(_PROBE[:3], range(2, 3))
         except Exception:  # noqa: BLE001 - a template that cannot render tools does not support them
             return False
         return (full.count("probe_tool") >= 2 and "probe result 41" in full and "7" in full
@@ -154,12 +209,49 @@ class ToolChat:
         stand_in = [{"role": "user", "content": "dummy"},
                     {"role": "assistant", "content": "", "tool_calls": [ToolCall(tool_messages[0]["name"], {}).message()]}]
         prefix = self.encode(self.render(stand_in))
-        full = self.encode(self.render(stand_in + tool_messages, generation_prompt=True))
+        full = self.encode_plain(stand_in + tool_messages, range(len(stand_in), len(stand_in) + len(tool_messages)))
         eos = [i for i, t in enumerate(prefix) if t == self.tokenizer.eos_token_id]
         prefix = prefix[:eos[-1] + 1] if eos else prefix
         if full[:len(prefix)] != prefix:
             raise ValueError("the chat template is not prefix-preserving: a tool message changed the tokens before it")
         return full[len(prefix):]
+
+    def encode_plain(self, messages: list[dict], plain: range) -> list[int]:
+        """The tokens of `messages` rendered with the next assistant header, the contents of messages[k] for k in
+        `plain` tokenized as plain text: a special token's text written there is its characters, never its id. Each
+        content's rendering is found by rendering it alone among stand-ins; the text is split at the template's own
+        special tokens (as the tokenizer splits it) and every other span tokenized with special tokens off."""
+        marked = [{**m, "content": PLAIN.format(k)} if k in plain else m for k, m in enumerate(messages)]
+        whole = self.render(marked, generation_prompt=True)
+        pieces = re.split(PLAIN.format(r"(\d+)"), whole)  # template text, k, template text, k, ...
+        if sorted(int(k) for k in pieces[1::2]) != list(plain):
+            raise ValueError("the chat template does not write each tool message's content once")
+        for j in range(1, len(pieces), 2):
+            k = int(pieces[j])
+            one = self.render([messages[k] if i == k else m for i, m in enumerate(marked)], generation_prompt=True)
+            before, after = whole.split(PLAIN.format(k))
+            if not (one.startswith(before) and one.endswith(after) and len(one) >= len(before) + len(after)):
+                raise ValueError("the chat template renders a tool message's content differently beside others")
+            pieces[j] = one[len(before):len(one) - len(after)]
+        if "".join(pieces) != self.render(messages, generation_prompt=True):
+            raise ValueError("the chat template renders tool messages' contents depending on each other")
+        ids, span = [], ""
+        for j, piece in enumerate(pieces):
+            for i, part in enumerate([piece] if j % 2 else self.special_text.split(piece)):
+                if i % 2:  # a control token the template wrote
+                    ids, span = ids + self._plain(span) + [self.specials[part]], ""
+                else:
+                    span += part
+        return ids + self._plain(span)
+
+    def _plain(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"] if text else []
+
+    def fit(self, text: str, tokens: int) -> tuple[str, bool]:
+        """`text`, or its first tokens × L characters when it has more (then it cannot fit in `tokens` tokens: see
+        the module doc; L characters at least), and whether it was cut. Nothing is tokenized."""
+        limit = max(tokens, 1) * (longest_token_chars(self.tokenizer) or CHARS_PER_TOKEN_UNPROVEN)
+        return (text, False) if len(text) <= limit else (text[:limit], True)
 
     def demonstration(self, messages: list[dict], prompt_messages: int, tools: list | None) -> dict:
         """A whole tool-calling conversation as an SFT row: the prompt (its first `prompt_messages` messages, with
@@ -187,7 +279,8 @@ class ToolChat:
                 msg = self.tokenizer.parse_response(ids, prefix=prefix_ids, tools=tools)
                 calls = [ToolCall(c["function"]["name"], c["function"].get("arguments", {}))
                          for c in msg.get("tool_calls") or []]
-                return msg.get("content") or "", calls
+                return msg.get("content") or "", [too_deep(c.name) if too_deep_arguments(c.arguments) else c
+                                                  for c in calls]
             except Exception:  # noqa: BLE001 - e.g. malformed JSON: read it again in the Hermes form, which says why
                 pass
         return parse_hermes(self.tokenizer.decode(ids, skip_special_tokens=True))

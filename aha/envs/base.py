@@ -4,11 +4,18 @@
 - `environment_factory`: a class (or any zero-argument callable) building an environment, or a dict of them by
   name. An environment is built per concurrent episode and reused across steps (reset between episodes), so an
   expensive `__init__` is paid once. `reset(**row)` starts an episode with the dataset row's columns (the whole row,
-  as TRL passes it; with a dict of factories, all but `environment`) and returns None or a string, which is
-  appended to the prompt's last message (its content + the string, as TRL joins them; with no dataset the prompt
-  is one empty user message, so the string is the prompt). Its public methods are the episode's tools, after the
-  standalone ones. An optional `get_reward()` (sync or async) scores the episode it ran: it is a reward function
-  named after the class, weight 1 (`reward_weights` weigh the `reward_funcs` only), summed with them.
+  as TRL passes it; with a dict of factories, all but `environment`) and returns None, a string, or a list of text
+  content parts (`{"type": "text", "text": ...}`, their texts joined), which is appended to the prompt's last
+  message (its content + the string, as TRL joins them; with no dataset the prompt is one empty user message, so
+  the string is the prompt). Any other return (a dict, an image part) is an error stating that contract. `reset`
+  runs bounded by `tool_timeout`, as a tool call; one that raises or runs past it is an error naming the
+  environment's class and the row. Its public methods are the episode's tools, after the standalone ones (a name
+  used twice is an error, see aha.envs.tools). An optional `get_reward()` (sync or async) scores the episode it
+  ran: it is a reward function named after the class, weight 1 (`reward_weights` weigh the `reward_funcs` only),
+  summed with them.
+- An environment one of whose calls ran past `tool_timeout` may still be changed by that call's thread: it is taken
+  out of the pool (a fresh one is built from the factory when an episode next needs one) and counted
+  (`tools/environments_replaced`); the rest of its episode gets an error message for each call to its methods.
 - With a dict of factories, each row's `environment` column names its environment, and only that environment's
   methods are offered to the episode.
 """
@@ -16,9 +23,11 @@
 from __future__ import annotations
 
 import inspect
+import reprlib
 from typing import Callable
 
-from .tools import Toolbox, tool_schema
+from ..rewards.deadline import RewardTimeout
+from .tools import Toolbox, check_unique, guarded, tool_schema
 
 RESERVED = ("reset", "get_reward")
 """Environment methods that are not tools."""
@@ -58,6 +67,7 @@ class Agent:
                                        if self.multi else {None: environment_factory})
         self.pool: dict = {}
         self.rewards: list[EnvironmentReward] = []
+        check_unique(self.tools, " in tools=")
         self.schemas: dict = {None: [tool_schema(t) for t in self.tools]}
         """Environment name -> the schemas of the tools its episodes see (None: no environment)."""
         for name, factory in (self.factories or {}).items():
@@ -65,6 +75,7 @@ class Agent:
             if not callable(getattr(env, "reset", None)):
                 raise ValueError(f"environment {name or getattr(factory, '__name__', factory)!r}: an environment "
                                  "must define a callable reset(**row)")
+            check_unique(self.tools + methods(env), f" among tools= and environment {type(env).__name__}'s methods")
             self.pool[name] = [env]
             self.schemas[name] = self.schemas[None] + [tool_schema(m) for m in methods(env)]
             get_reward = getattr(env, "get_reward", None)
@@ -114,11 +125,41 @@ class Agent:
                              f"template), got {type(prompt).__name__} {prompt!r:.60}")
         if env is None:
             return prompt
-        observation = env.reset(**({k: v for k, v in row.items() if k != "environment"} if self.multi else row))
-        if isinstance(observation, str):
+        columns = {k: v for k, v in row.items() if k != "environment"} if self.multi else row
+        outcome = guarded(env.reset, columns, self.tool_timeout, observation_text)
+        where = f"{type(env).__name__}.reset on the row {reprlib.repr(row)}"
+        if isinstance(outcome, RewardTimeout):
+            raise TimeoutError(f"{where} ran past tool_timeout={self.tool_timeout:g} s (which bounds reset too)")
+        kind, observation = outcome
+        if kind == "raised":
+            raise RuntimeError(f"{where} raised {observation[0]}: {observation[1]}")
+        if kind != "ok":
+            raise TypeError(f"{where} {observation}")
+        if observation:
             prompt = prompt[:-1] + [{**prompt[-1], "content": prompt[-1]["content"] + observation}]
         return prompt
 
     def toolbox(self, env, name) -> Toolbox:
-        """The tools of one episode: the standalone ones, then its environment's methods."""
-        return Toolbox(self.tools + (methods(env) if env is not None else []), self.tool_timeout, self.schemas[name])
+        """The tools of one episode: the standalone ones, then its environment's methods (the environment is retired
+        when one of them runs past tool_timeout)."""
+        own = methods(env) if env is not None else []
+        return Toolbox(self.tools + own, self.tool_timeout, self.schemas[name], [m.__name__ for m in own],
+                       (lambda: self.retire(env, name)) if env is not None else None)
+
+    def retire(self, env, name) -> None:
+        """Take `env` out of the pool: a call on it ran past tool_timeout and may still change it. The pool grows a
+        fresh one from the factory when a batch next needs it."""
+        self.pool[name] = [e for e in self.pool.get(name, []) if e is not env]
+
+
+def observation_text(value) -> str | None:
+    """What reset returned, as the text appended to the prompt: None, a string, or a list of text content parts
+    (TRL's contract); anything else is refused, saying so."""
+    if value is None or isinstance(value, str):
+        return value and str.__str__(value)
+    if isinstance(value, list) and all(type(p) is dict and p.get("type") == "text" and isinstance(p.get("text"), str)
+                                       for p in value):
+        return "".join(str.__str__(p["text"]) for p in value)
+    raise TypeError(f"returned a {type(value).__name__}: reset must return None, a string, or a list of text "
+                    "content parts [{'type': 'text', 'text': ...}] (TRL's contract; aha's prompts are text, so an "
+                    "image or other part is refused)")

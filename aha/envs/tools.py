@@ -1,11 +1,14 @@
 """Tools as TRL takes them: plain sync or async functions, or an environment's public methods, with type hints and
-a Google-style docstring; the schema the model sees is transformers' `get_json_schema` of each.
+a Google-style docstring; the schema the model sees is transformers' `get_json_schema` of each. Each name is one
+tool: two tools of one name (a function twice, or a function beside an environment's method) are an error.
 
 Calling one never raises and never hangs. What the model gets back is always a tool message: the result as text
 (`str()` of a value that is not a string, as TRL does), or TRL's error form `{'error': '...'}` when the call was
 malformed, named no tool of the episode, had arguments the schema refuses (a missing or unexpected name, a value of
-the wrong type), raised, returned something `str()` cannot take, or ran past `tool_timeout` (a sync tool runs on a
-daemon thread that is abandoned then; an async one is cancelled). Each outcome is counted (`OUTCOMES`).
+the wrong type), raised, returned something `str()` cannot take, ran past `tool_timeout` (a sync tool runs on a
+daemon thread that is abandoned then; an async one is cancelled), or called an environment retired by an earlier
+time-out. The result's text (and an exception's) is written where the call runs, under the same limit: a `__str__`
+that raises SystemExit or sleeps is the call's failure, never the trainer's. Each outcome is counted (`OUTCOMES`).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from ..data.toolcalls import ToolCall
 from ..rewards.deadline import RewardTimeout
 from ..rewards.scoring import call_on_thread, start_async
 
-OUTCOMES = ("ok", "malformed", "unknown", "bad_arguments", "raised", "bad_result", "timeout")
+OUTCOMES = ("ok", "malformed", "unknown", "bad_arguments", "raised", "bad_result", "timeout", "retired")
 """What a call can come to; all but ok and timeout count in tools/errors."""
 JSON_TYPES: dict[str, Callable[[Any], bool]] = {
     "integer": lambda v: isinstance(v, int) and not isinstance(v, bool) or isinstance(v, float) and v.is_integer(),
@@ -83,15 +86,82 @@ def check_arguments(schema: dict, arguments: Any) -> tuple[dict | None, str | No
     return out, None
 
 
+def describe(e: BaseException) -> str:
+    """An exception's text (its type's name when empty); when its `__str__` fails, that it has none."""
+    try:
+        return str.__str__(str(e)) or type(e).__name__
+    except BaseException as inner:  # noqa: BLE001 - a hostile __str__ (SystemExit included) is only a missing text
+        return f"{type(e).__name__} (its message cannot be written: {type(inner).__name__})"
+
+
+def _finished(finish: Callable, value: Any) -> tuple[str, Any]:
+    try:
+        return "ok", finish(value)
+    except BaseException as e:  # noqa: BLE001 - off the main thread, as the call itself
+        return "bad_result", describe(e)
+
+
+def guarded(fn: Callable, kwargs: dict, timeout_s: float, finish: Callable = lambda value: value):
+    """("ok", finish(fn(**kwargs))), ("raised", (the exception's type name, its text)), ("bad_result", the text of
+    what finish raised), or RewardTimeout past `timeout_s`. The call, `finish` and the exception's text all run
+    where the call can be cut off (a sync fn on a daemon thread, abandoned at the limit; an async one on an event
+    loop, cancelled), so nothing of the callee's objects (a __str__ that raises SystemExit or sleeps) runs on the
+    caller's thread."""
+    if inspect.iscoroutinefunction(fn):
+        async def settled():
+            try:
+                value = await fn(**kwargs)
+            except (Exception, SystemExit, KeyboardInterrupt) as e:  # CancelledError is the time limit's own
+                return "raised", (type(e).__name__, describe(e))
+            return _finished(finish, value)
+        return start_async([(settled, {})], timeout_s)()[0]
+
+    def settled_sync():
+        try:
+            value = fn(**kwargs)
+        except BaseException as e:  # noqa: BLE001 - off the main thread no stop signal can land here
+            return "raised", (type(e).__name__, describe(e))
+        return _finished(finish, value)
+    return call_on_thread(settled_sync, timeout_s, {}, name="aha-tool-call")
+
+
+def as_text(value: Any) -> tuple[str, bool]:
+    """A tool's value as the text the model reads (a plain str, even of a str subclass), and whether it was not a
+    string (then it is its str(), as TRL gives it)."""
+    if isinstance(value, str):
+        return str.__str__(value), False
+    try:
+        return str.__str__(str(value)), True
+    except BaseException as e:  # noqa: BLE001 - SystemExit from a __str__ too: a result that is not text
+        raise ValueError(f"a {type(value).__name__} that cannot be written as text ({type(e).__name__}: "
+                         f"{describe(e)})") from None
+
+
+def check_unique(tools: list[Callable], where: str = "") -> None:
+    """Each tool's name once: the model calls a tool by its name, so a second tool of that name could never be
+    called (TRL keeps the later one, silently); the duplicate is an error naming it."""
+    seen: set = set()
+    for fn in tools:
+        name = getattr(fn, "__name__", repr(fn))
+        if name in seen:
+            raise ValueError(f"two tools are named {name!r}{where}: the model calls a tool by its name, so each name "
+                             "must be one tool (rename one, or give it once)")
+        seen.add(name)
+
+
 class Toolbox:
     """The tools of one episode by name (standalone tools, then its environment's methods), each call bounded by
-    `timeout_s`."""
+    `timeout_s`. When a call to one of `env_methods` runs past the limit, its thread may still be changing the
+    environment: the environment is retired (`retire()` is called once; the agent builds a fresh one for later
+    episodes) and this episode's later calls to its methods get an error message instead of running."""
 
-    def __init__(self, tools: list[Callable], timeout_s: float, schemas: list[dict] | None = None):
+    def __init__(self, tools: list[Callable], timeout_s: float, schemas: list[dict] | None = None,
+                 env_methods: list[str] = (), retire: Callable[[], None] | None = None):
+        check_unique(tools)
         self.tools = {fn.__name__: fn for fn in tools}
         self.schemas = schemas if schemas is not None else [tool_schema(fn) for fn in tools]
         self.by_name = {s["function"]["name"]: s for s in self.schemas}
-        self.timeout_s = timeout_s
+        self.timeout_s, self.env_methods, self.retire, self.retired = timeout_s, set(env_methods), retire, False
 
     def call(self, call: ToolCall) -> ToolResult:
         """The tool message for one call (see the module doc); never raises."""
@@ -100,25 +170,27 @@ class Toolbox:
         if call.name not in self.tools:
             return ToolResult(call.name, error_message(f"Tool {call.name} not found. Available: {sorted(self.tools)}"),
                               "unknown")
+        if self.retired and call.name in self.env_methods:
+            return ToolResult(call.name, error_message(f"{call.name} was not run: an earlier call ran past tool_timeout"
+                                                       " and the environment it may still be changing was retired"),
+                              "retired")
         kwargs, why = check_arguments(self.by_name[call.name], call.arguments)
         if why is not None:
             return ToolResult(call.name, error_message(why), "bad_arguments")
-        outcome = self._run(self.tools[call.name], kwargs)
+        outcome = guarded(self.tools[call.name], kwargs, self.timeout_s, as_text)
         if isinstance(outcome, RewardTimeout):
+            self._retire(call.name)
             return ToolResult(call.name, error_message(f"{call.name} ran past tool_timeout={self.timeout_s:g} s"),
                               "timeout")
-        if isinstance(outcome, BaseException):
-            return ToolResult(call.name, error_message(str(outcome) or type(outcome).__name__), "raised")
-        if isinstance(outcome, str):
-            return ToolResult(call.name, outcome, "ok")
-        try:
-            return ToolResult(call.name, str(outcome), "ok", non_string=True)
-        except Exception as e:  # noqa: BLE001 - a result whose __str__ raises
-            return ToolResult(call.name, error_message(f"{call.name} returned a {type(outcome).__name__} that "
-                                                       f"cannot be written as text ({e})"), "bad_result")
+        kind, value = outcome
+        if kind == "raised":
+            return ToolResult(call.name, error_message(value[1]), "raised")
+        if kind == "bad_result":
+            return ToolResult(call.name, error_message(f"{call.name} returned {value}"), "bad_result")
+        return ToolResult(call.name, value[0], "ok", non_string=value[1])
 
-    def _run(self, fn: Callable, kwargs: dict) -> Any:
-        """fn(**kwargs): its value, what it raised, or RewardTimeout past the limit."""
-        if inspect.iscoroutinefunction(fn):
-            return start_async([(fn, kwargs)], self.timeout_s)()[0]
-        return call_on_thread(fn, self.timeout_s, kwargs, name="aha-tool-call")
+    def _retire(self, name: str) -> None:
+        if name in self.env_methods and not self.retired:
+            self.retired = True
+            if self.retire is not None:
+                self.retire()

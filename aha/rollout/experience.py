@@ -364,7 +364,8 @@ def episode_inputs(out: Rollout) -> dict | None:
 def tool_metrics(episodes: list[dict]) -> dict[str, float]:
     """tools/*: calls and model turns per episode, tokens the model and the tools wrote per episode, failed calls
     (`tools/errors`: every outcome but ok and timeout; each also under its own name) and calls cut at tool_timeout,
-    the share of failed calls (TRL's tools/failure_frequency), and how episodes ended."""
+    the share of failed calls (TRL's tools/failure_frequency), results cut to the budget before tokenizing,
+    environments retired after a timed-out call (replaced by fresh ones), and how episodes ended."""
     n = len(episodes)
     outcomes = {k: float(sum(e["outcomes"].get(k, 0) for e in episodes)) for k in OUTCOMES}
     calls = sum(outcomes.values())
@@ -375,7 +376,9 @@ def tool_metrics(episodes: list[dict]) -> dict[str, float]:
                "tools/env_tokens_per_episode": sum(e["env_tokens"] for e in episodes) / n,
                "tools/errors": errors, "tools/timeouts": outcomes["timeout"],
                "tools/failure_frequency": (errors + outcomes["timeout"]) / calls if calls else 0.0,
-               "tools/non_string": float(sum(e["non_string"] for e in episodes))}
+               "tools/non_string": float(sum(e["non_string"] for e in episodes)),
+               "tools/truncated_results": float(sum(e["truncated_results"] for e in episodes)),
+               "tools/environments_replaced": float(sum(e["environment_retired"] for e in episodes))}
     metrics.update({f"tools/{k}": v for k, v in outcomes.items() if k not in ("ok", "timeout")})
     metrics.update({f"tools/finish_{k}_frac": sum(e["finish"] == k for e in episodes) / n
                     for k in ("stop", "length", "tool_limit")})

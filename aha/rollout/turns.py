@@ -9,9 +9,10 @@ trains on them. Token ids are spliced, never re-tokenized, so what the model saw
 
 The budget is TRL's: max_completion_length counts every token after the prompt, the model's and the tools'. A
 model turn is cut at what is left; tool results that would leave no room for one more model token are dropped,
-as TRL drops them. An episode ends when a model turn calls no tool (finish "stop"), when the budget runs out
-("length"), or when it asks for tools after max_tool_calling_iterations rounds of them ("tool_limit": those calls
-are not run). Only "stop" is a finished episode: the others are truncated.
+as TRL drops them (one longer than the room left could hold is cut first, never tokenized whole). An episode ends
+when a model turn calls no tool (finish "stop"), when the budget runs out ("length"), or when it asks for tools
+after max_tool_calling_iterations rounds of them ("tool_limit": those calls are not run). Only "stop" is a finished
+episode: the others are truncated.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class Episode:
     turns: list[dict] = field(default_factory=list)       # token spans and texts (what groups.jsonl records)
     outcomes: Counter = field(default_factory=Counter)    # tool-call outcome -> count (aha.envs.tools.OUTCOMES)
     non_string: int = 0
+    truncated_results: int = 0                            # tool results cut to the budget before tokenizing
     rounds: int = 0                                       # rounds of tools run
     finish: str | None = None
 
@@ -47,6 +49,7 @@ class Episode:
         model = sum(self.mask)
         return {"prompt": self.prompt, "messages": self.messages, "turns": self.turns, "finish": self.finish,
                 "calls": sum(self.outcomes.values()), "outcomes": dict(self.outcomes), "non_string": self.non_string,
+                "truncated_results": self.truncated_results, "environment_retired": self.toolbox.retired,
                 "model_tokens": model, "env_tokens": len(self.mask) - model}
 
 
@@ -100,18 +103,28 @@ def _take_turn(e: Episode, chat: ToolChat, tokens: list[int], truncated: bool, l
     if not ended or not calls or max_rounds is not None and e.rounds >= max_rounds:
         e.finish = "length" if not ended else "tool_limit" if calls else "stop"
         return
-    results = [e.toolbox.call(c) for c in calls]
-    e.outcomes.update(r.outcome for r in results)
-    e.non_string += sum(r.non_string for r in results)
-    suffix = chat.tool_suffix_ids([r.message() for r in results])
+    results, cut = _run_tools(e, chat, calls, budget - len(e.ids))
     calls_done = [{"name": r.name, "outcome": r.outcome, "content": r.content} for r in results]
-    if len(e.ids) + len(suffix) >= budget:  # no room left for a model turn after them: dropped, as in TRL
+    suffix = [] if cut else chat.tool_suffix_ids([r.message() for r in results])
+    if cut or len(e.ids) + len(suffix) >= budget:  # no room left for a model turn after them: dropped, as in TRL
         e.turns[-1]["dropped_results"], e.finish = calls_done, "length"
         return
     e.turns.append({"role": "tool", "start": len(e.ids), "end": len(e.ids) + len(suffix), "calls": calls_done})
     e.ids, e.mask, e.logprobs = e.ids + suffix, e.mask + [0] * len(suffix), e.logprobs + [0.0] * len(suffix)
     e.messages.extend(r.message() for r in results)
     e.rounds += 1
+
+
+def _run_tools(e: Episode, chat: ToolChat, calls: list, room: int) -> tuple[list, bool]:
+    """The results of an episode's calls, counted, and whether one was cut: a result longer than `room` tokens can
+    hold (told by its length, aha.data.toolcalls) is cut before anything tokenizes or logs it; it cannot fit."""
+    results = [e.toolbox.call(c) for c in calls]
+    e.outcomes.update(r.outcome for r in results)
+    e.non_string += sum(r.non_string for r in results)
+    fitted = [chat.fit(r.content, room) for r in results]
+    cut = sum(was_cut for _, was_cut in fitted)
+    e.truncated_results += cut
+    return [replace(r, content=text) for r, (text, _) in zip(results, fitted)], cut > 0
 
 
 def greedy_episodes(model, tokenizer, agent, rows: list[dict], max_new_tokens: int, max_rounds: int | None = None,

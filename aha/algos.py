@@ -75,6 +75,17 @@ def group_stats(rewards: Tensor, group_size: int) -> GroupStats:
     return GroupStats(r, valid, count, mean, std, equal)
 
 
+def top_std_groups(rewards: Tensor, group_size: int, keep: float) -> Tensor:
+    """RAGEN's rollout filter (arXiv 2504.20073): the indices, in batch order, of the ceil(keep * B) groups whose
+    rewards [N] spread most (group_stats' std: 0 for a group whose valid rewards are equal or fewer than two), ties
+    kept in batch order.
+    Example, G=2: rewards [1, 0, 1, 1, 0, 0.5], keep 0.5 -> std [0.707, 0, 0.354] -> 2 groups: [0, 2]."""
+    std = group_stats(rewards, group_size).std.squeeze(-1)            # [B]
+    k = math.ceil(keep * std.numel())
+    order = torch.argsort(-std, stable=True)                          # [B] largest spread first
+    return order[:k].sort().values                                    # [k]
+
+
 @_register_adv("grpo")
 def grpo_advantages(g: GroupStats, eps: float) -> Tensor:
     """(r - group mean) / (group std + eps), as in DeepSeekMath."""

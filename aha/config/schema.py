@@ -350,6 +350,10 @@ class GRPOConfig(TrainConfig):
     # Agents: tools and environments with TRL's contract (aha.envs). From Python, GRPOTrainer(tools=[...],
     # environment_factory=...) takes the objects themselves.
     tools: list[str] = field(default_factory=list)
+    keep_groups_by_std: float = 1.0
+    """Train on this share of each step's groups (at least one), those whose rewards spread most (largest std;
+    RAGEN's rollout filter, arXiv 2504.20073), after dynamic sampling; the others are left out of the update, KL term
+    included (1: keep every group)."""
     """Tools every episode may call, as module:function (plain sync or async functions with type hints and a
     Google docstring, as TRL's `tools=`); a module beside you is found as reward functions are."""
     environment: Optional[str] = None
@@ -406,6 +410,7 @@ class GRPOConfig(TrainConfig):
             "num_generations": (lambda v: v >= 2, ">= 2 for group-relative advantages"),
             "max_completion_length": (at_least_one, ">= 1"),
             "temperature": (finite(positive), "> 0 (GRPO samples from the policy and divides its logits by the "
+            "keep_groups_by_std": (lambda v: 0 < v <= 1, "in (0, 1]"),
                                               "temperature; greedy decoding is for `aha eval`)"),
             "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"),
             "top_k": (non_negative, ">= 0 (0: off)"),

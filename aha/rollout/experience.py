@@ -263,12 +263,8 @@ class Experience:
         metrics.update({"reward/mean": ok.mean().item() if len(ok) else float("nan"),
                         "reward/std": ok.std().item() if len(ok) > 1 else float("nan"),
                         "reward/excluded_frac": 1 - len(ok) / len(batch.rewards)})
-        if a.dynamic_sampling:
-            kept = set(keep)
-            chosen = (keep + [g for g in range(len(batch.rows)) if g not in kept])[:B]
-            metrics.update({"sampling/dropped_groups": float(len(batch.rows) - B), "sampling/rounds": float(rounds),
-                            "sampling/groups": float(min(len(keep), B))})
-            batch = batch.groups(chosen)
+        batch, kept = self.keep_groups(batch, keep, rounds)
+        metrics.update(kept)
         if batch.steps is not None:
             metrics.update(step_metrics(batch.steps))
         if algos.is_process(a.advantage_estimator) and batch.steps is not None:
@@ -279,6 +275,24 @@ class Experience:
                                                                a.num_generations)    # [N]
             batch.set_advantages(advantages)
         return batch, {**metrics, **adv_metrics}
+
+    def keep_groups(self, batch: GRPOBatch, spread: list[int], rounds: int) -> tuple[GRPOBatch, dict[str, float]]:
+        """What becomes of groups whose rewards barely differ, in one place. With dynamic_sampling: the first B groups
+        with spread (`spread`, after `rounds` extra rounds), filled with groups without it when short. Then, with
+        keep_groups_by_std < 1, that share of the groups, those whose rewards spread most (algos.top_std_groups).
+        A group left out takes no part in the update, its KL term included; `sampling/*` counts them."""
+        a, B, metrics = self.args, self.args.prompts_per_step, {}
+        if a.dynamic_sampling:
+            kept = set(spread)
+            chosen = (spread + [g for g in range(len(batch.rows)) if g not in kept])[:B]
+            metrics.update({"sampling/dropped_groups": float(len(batch.rows) - B), "sampling/rounds": float(rounds),
+                            "sampling/groups": float(min(len(spread), B))})
+            batch = batch.groups(chosen)
+        if a.keep_groups_by_std < 1:
+            top = algos.top_std_groups(batch.rewards, batch.group_size, a.keep_groups_by_std).tolist()
+            metrics["sampling/std_filtered_groups"] = float(len(batch.rows) - len(top))
+            batch = batch.groups(top)
+        return batch, metrics
 
     def objective(self, batch: GRPOBatch) -> Tensor:
         """The reward [N] the advantage estimator normalises: the weighted sum of the functions' rewards, each as it is

@@ -210,7 +210,8 @@ class ToolChat:
                     {"role": "assistant", "content": "", "tool_calls": [ToolCall(tool_messages[0]["name"], {}).message()]}]
         prefix = self.encode(self.render(stand_in))
         full = self.encode_plain(stand_in + tool_messages, range(len(stand_in), len(stand_in) + len(tool_messages)))
-        eos = [i for i, t in enumerate(prefix) if t == self.tokenizer.eos_token_id]
+        eos_id = self.tokenizer.eos_token_id
+        eos = [i for i, t in enumerate(prefix) if t == eos_id]
         prefix = prefix[:eos[-1] + 1] if eos else prefix
         if full[:len(prefix)] != prefix:
             raise ValueError("the chat template is not prefix-preserving: a tool message changed the tokens before it")
@@ -218,34 +219,37 @@ class ToolChat:
 
     def encode_plain(self, messages: list[dict], plain: range) -> list[int]:
         """The tokens of `messages` rendered with the next assistant header, the contents of messages[k] for k in
-        `plain` tokenized as plain text: a special token's text written there is its characters, never its id. Each
-        content's rendering is found by rendering it alone among stand-ins; the text is split at the template's own
-        special tokens (as the tokenizer splits it) and every other span tokenized with special tokens off."""
+        `plain` tokenized as plain text: a special token's text written there is its characters, never its id. The
+        text is split at the template's own special tokens (as the tokenizer splits it) and every other span is
+        tokenized with special tokens off, so text without special tokens gets the tokens it always had."""
         marked = [{**m, "content": PLAIN.format(k)} if k in plain else m for k, m in enumerate(messages)]
         whole = self.render(marked, generation_prompt=True)
         pieces = re.split(PLAIN.format(r"(\d+)"), whole)  # template text, k, template text, k, ...
         if sorted(int(k) for k in pieces[1::2]) != list(plain):
             raise ValueError("the chat template does not write each tool message's content once")
-        for j in range(1, len(pieces), 2):
-            k = int(pieces[j])
-            one = self.render([messages[k] if i == k else m for i, m in enumerate(marked)], generation_prompt=True)
-            before, after = whole.split(PLAIN.format(k))
-            if not (one.startswith(before) and one.endswith(after) and len(one) >= len(before) + len(after)):
-                raise ValueError("the chat template renders a tool message's content differently beside others")
-            pieces[j] = one[len(before):len(one) - len(after)]
-        if "".join(pieces) != self.render(messages, generation_prompt=True):
-            raise ValueError("the chat template renders tool messages' contents depending on each other")
-        ids, span = [], ""
+        real, where = self.render(messages, generation_prompt=True), range(1, len(pieces), 2)
+        written = {j: messages[int(pieces[j])]["content"] for j in where}  # as given: what most templates write
+        if "".join(written.get(j, p) for j, p in enumerate(pieces)) != real:
+            written = {j: self._written(messages, marked, whole, int(pieces[j])) for j in where}
+            if "".join(written.get(j, p) for j, p in enumerate(pieces)) != real:
+                raise ValueError("the chat template renders tool messages' contents depending on each other")
+        spans, controls = [""], []  # plain text, control token, plain text, ...
         for j, piece in enumerate(pieces):
-            for i, part in enumerate([piece] if j % 2 else self.special_text.split(piece)):
+            for i, part in enumerate([written[j]] if j in written else self.special_text.split(piece)):
                 if i % 2:  # a control token the template wrote
-                    ids, span = ids + self._plain(span) + [self.specials[part]], ""
+                    spans, controls = spans + [""], controls + [self.specials[part]]
                 else:
-                    span += part
-        return ids + self._plain(span)
+                    spans[-1] += part
+        plain = self.tokenizer(spans, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        return [t for k, span in enumerate(plain) for t in span + controls[k:k + 1]]
 
-    def _plain(self, text: str) -> list[int]:
-        return self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"] if text else []
+    def _written(self, messages: list[dict], marked: list[dict], whole: str, k: int) -> str:
+        """How the template writes messages[k]'s content (quoted as JSON, say): rendered alone among stand-ins."""
+        one = self.render([messages[k] if i == k else m for i, m in enumerate(marked)], generation_prompt=True)
+        before, after = whole.split(PLAIN.format(k))
+        if not (one.startswith(before) and one.endswith(after) and len(one) >= len(before) + len(after)):
+            raise ValueError("the chat template renders a tool message's content differently beside others")
+        return one[len(before):len(one) - len(after)]
 
     def fit(self, text: str, tokens: int) -> tuple[str, bool]:
         """`text`, or its first tokens × L characters when it has more (then it cannot fit in `tokens` tokens: see

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable
 
 from .base import completion_text
 from .deadline import RewardTimeout, call_bounded
-from .steps import clean_steps, is_steps, non_integer_end, step_mean
+from .steps import clean_steps, is_steps, is_turn_scores, non_integer_end, step_mean, turn_steps
 
 logger = logging.getLogger(__name__)
 
@@ -210,13 +210,18 @@ def _is_nested(v: Any) -> bool:
     return isinstance(v, (list, tuple, dict, set)) or bool(getattr(v, "shape", ()))
 
 
-def _bad_shape(outcome: Any, values: list, n: int) -> str | None:
+def _bad_shape(outcome: Any, values: list, n: int, turns: list[int] | None = None) -> str | None:
     """What is wrong with the shape of a returned sequence, or None: TRL makes a 1-D tensor of n values and stops
-    on anything else (a 2-D array, a list of lists, a wrong length)."""
+    on anything else (a 2-D array, a list of lists, a wrong length). An episode (`turns`: its model turns) may have
+    one score per model turn."""
     shape = getattr(outcome, "shape", None)
     if shape is not None and len(shape) != 1:
         return f"{type(outcome).__name__} of shape {tuple(int(d) for d in shape)}"
-    nested = [i for i, v in enumerate(values) if _is_nested(v) and not is_steps(v)]  # steps: (end, score) pairs
+    per_turn = [i for i, v in enumerate(values) if turns is not None and _is_nested(v) and is_turn_scores(v) and v]
+    if wrong := [i for i in per_turn if i < len(turns) and len(values[i]) != turns[i]]:
+        return (f"{len(values[wrong[0]])} turn scores for episode {wrong[0]}, which has {turns[wrong[0]]} model "
+                "turns (one score per model turn)")
+    nested = [i for i, v in enumerate(values) if _is_nested(v) and not is_steps(v) and i not in per_turn]
     ends = [(i, end) for i in nested if (end := non_integer_end(values[i])) is not None]
     if ends:
         return (f"a list whose value {ends[0][0]} has a step ending at {ends[0][1]!r} (step ends must be integers: "
@@ -228,7 +233,8 @@ def _bad_shape(outcome: Any, values: list, n: int) -> str | None:
     return None if len(values) == n else f"{len(values)} values"
 
 
-def _values(fn: Callable, outcome: Any, n: int, columns: Iterable[str], kwargs: dict) -> list | None:
+def _values(fn: Callable, outcome: Any, n: int, columns: Iterable[str], kwargs: dict,
+            turns: list[int] | None = None) -> list | None:
     """The n values a call returned; None when it raised or timed out (logged once per function). A return
     that is not n values (a mistake in the function, not in one completion) raises, naming what it was."""
     name = reward_name(fn)
@@ -242,19 +248,22 @@ def _values(fn: Callable, outcome: Any, n: int, columns: Iterable[str], kwargs: 
                          f"expected a list of {n} values (one per completion, None where not applicable)")
     shape = getattr(outcome, "shape", None)
     values = list(outcome) if shape is None or len(shape) == 1 else []  # a 0-d array is not iterable
-    bad = _bad_shape(outcome, values, n)
+    bad = _bad_shape(outcome, values, n, turns)
     if bad is not None:
         raise ValueError(f"reward function {name} returned {bad}, expected {n} values (one number per "
                          "completion, None where not applicable, or a list of (end, score) step rewards)")
     return values
 
 
-def _column(name: str, values: list, texts: list[str]) -> tuple[list[float], list, BaseException | None, int]:
+def _column(name: str, values: list, texts: list[str], turns: list[int] | None = None
+            ) -> tuple[list[float], list, BaseException | None, int]:
     """One function's values as floats (NaN where unusable; a list of steps counts as the mean of its usable
     scores), its steps (aha.rewards.steps.clean_steps per completion, None where it gave a number), the failure
     when none is usable although some were given (all None, or no step written, is "not applicable": no
-    failure), and the count of values that are NaN, inf or not numbers (a list of steps: one with such a score)."""
-    steps = [clean_steps(v, len(t)) if is_steps(v) else None for v, t in zip(values, texts)]
+    failure), and the count of values that are NaN, inf or not numbers (a list of steps: one with such a score).
+    An episode's list of numbers (`turns` given) is its turns' scores (aha.rewards.steps.turn_steps)."""
+    steps = [turn_steps(v) if turns is not None and is_turn_scores(v) else clean_steps(v, len(t)) if is_steps(v)
+             else None for v, t in zip(values, texts)]
     floats = [_as_float(v) if s is None else step_mean(s) for v, s in zip(values, steps)]
     bad = [v for v, x, s in zip(values, floats, steps)
            if v is not None and (math.isnan(x) if s is None else any(math.isnan(st.score) for st in s))]
@@ -303,7 +312,8 @@ def score_completions(reward_funcs: list[Callable], prompts: list, completions: 
 
     A function may give a completion a list of (end, score) step rewards (aha.rewards.steps): its matrix entry is
     the mean usable step score, and a list `steps_out` receives per completion the (end, score, function index)
-    triples, by function and end (a score that is NaN, inf or not a number is NaN: left out, counted)."""
+    triples, by function and end (a score that is NaN, inf or not a number is NaN: left out, counted). An episode's
+    value may be a list of numbers, one per model turn, whose ends are turn indices (aha.rewards.steps.TurnEnd)."""
     import torch  # here, so that the verifiers themselves import without torch
 
     n = len(completions)
@@ -318,12 +328,13 @@ def score_completions(reward_funcs: list[Callable], prompts: list, completions: 
     rewards = torch.full((n, len(reward_funcs)), math.nan, dtype=torch.float32)  # [N, F]
     metrics: dict[str, float] = {"reward/errors": 0.0, "reward/call_timeouts": 0.0, "reward/nan": 0.0}
     texts = [completion_text(c) for c in completions]
+    turns = None if episodes is None else [sum(m.get("role") == "assistant" for m in c) for c in completions]
     steps: list[list] = [[] for _ in range(n)]
     for j, (fn, outcome) in enumerate(zip(reward_funcs, outcomes)):
         name = reward_name(fn)
-        values = _values(fn, outcome, n, columns, kwargs)
+        values = _values(fn, outcome, n, columns, kwargs, turns)
         if values is not None:
-            floats, given, outcome, bad = _column(name, values, texts)
+            floats, given, outcome, bad = _column(name, values, texts, turns)
             rewards[:, j] = torch.tensor(floats, dtype=torch.float32)
             metrics["reward/nan"] += bad
             for i, s in enumerate(given):

@@ -8,6 +8,10 @@ offsets become token indices; a step ending inside a token belongs to that token
 `advantage_estimator: grpo_process`, gives each token the sum of the normalised rewards of the steps ending at
 or after it (aha.algos.process_advantages). Under an outcome estimator a completion's steps count as one number,
 the mean of their scores (`step_mean`).
+
+An agent's episode is scored otherwise: its reward may be a list of numbers, one score per model turn (the
+assistant messages of its `completions`), each a step the trainer puts on that turn's last model token
+(`TurnEnd`). Character offsets into an episode are refused: its reward functions read messages, not one text.
 """
 from __future__ import annotations
 
@@ -71,6 +75,38 @@ def clean_steps(value: Sequence, text_len: int | None = None) -> list[Step]:
             score = math.nan
         steps.append(Step(end if text_len is None else min(end, text_len), score if math.isfinite(score) else math.nan))
     return sorted(steps, key=lambda s: s.end)
+
+
+class TurnEnd(int):
+    """A step's end given as a model turn's index (an agent's episode: one score per model turn), not a character
+    offset: the trainer puts the step on that turn's last model token."""
+
+
+def is_turn_scores(value: Any) -> bool:
+    """Whether a reward value is one score per model turn of an episode: a list of numbers (None, or anything not a
+    number, is an unusable score).
+
+    >>> is_turn_scores([0.0, 1.0]), is_turn_scores([]), is_turn_scores([(3, 1.0)]), is_turn_scores(0.5)
+    (True, True, False, False)
+    """
+    return isinstance(value, (list, tuple)) and not hasattr(value, "shape") and not any(
+        isinstance(x, (list, tuple, dict, set)) for x in value)
+
+
+def turn_steps(value: Sequence) -> list[Step]:
+    """Per-turn scores as steps ending at their turns (TurnEnd), each score a float, NaN where unusable.
+
+    >>> turn_steps([1, None])
+    [Step(end=0, score=1.0), Step(end=1, score=nan)]
+    """
+    out = []
+    for k, score in enumerate(value):
+        try:
+            score = float(score)
+        except (TypeError, ValueError):
+            score = math.nan
+        out.append(Step(TurnEnd(k), score if math.isfinite(score) else math.nan))
+    return out
 
 
 def step_mean(steps: Sequence[Step]) -> float:

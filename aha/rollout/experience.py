@@ -26,7 +26,7 @@ from torch import Tensor
 from .. import algos
 from ..envs.tools import OUTCOMES
 from ..rewards import last_failure, merge_reward_metrics, record_failure, reward_name, score_groups
-from ..rewards.steps import step_tokens
+from ..rewards.steps import TurnEnd, step_tokens
 from ..train.batch import GRPOBatch
 from .base import Rollout, SamplingParams
 from .engines import get_engine
@@ -230,15 +230,19 @@ class Experience:
         behaviour = None if out.logprobs is None else [torch.tensor(x, dtype=torch.float32) for x in out.logprobs]
         mask = None if out.loss_mask is None else [torch.tensor(m, dtype=torch.long) for m in out.loss_mask]
         given = steps if steps and any(steps) else None
-        if given is not None and out.episodes is not None:
-            raise ValueError("a reward function gave step rewards ((end, score) pairs) on multi-turn episodes; step "
-                             "rewards are offsets into a single-turn completion's text: return one number per episode")
+        if given is not None and out.episodes is not None and any(
+                not isinstance(end, TurnEnd) for seq in given for end, _, _ in seq):
+            raise ValueError("a reward function gave step rewards as (end, score) pairs on multi-turn episodes: an "
+                             "episode's rewards read messages, not one text, so give it one number, or a list of "
+                             "numbers, one score per model turn")
+        turn_ends = [None] * N if out.episodes is None else [last_model_tokens(e) for e in out.episodes]
         return GRPOBatch(rows=rows, prompt_ids=out.prompt_ids or [p for p in prompt_ids for _ in range(G)],
                          completion_ids=out.completion_ids, texts=texts, truncated=torch.tensor(out.truncated),
                          rewards_per_func=rpf, rewards=self.combine(rpf), advantages=torch.zeros(N),
                          versions=torch.full((N,), out.version, dtype=torch.long), behaviour_logprobs=behaviour,
                          loss_mask=mask, episodes=out.episodes,
-                         steps=given and [with_tokens(self.tokenizer, ids, s) for ids, s in zip(out.completion_ids, given)])
+                         steps=given and [with_tokens(self.tokenizer, ids, s, ends)
+                                          for ids, s, ends in zip(out.completion_ids, given, turn_ends)])
 
     def assemble(self, parts: Parts, more: Callable[[int], Parts]) -> tuple[GRPOBatch, dict[str, float]]:
         """Scored groups -> the step's training batch with its advantages. With dynamic_sampling (DAPO), groups
@@ -348,10 +352,27 @@ def combine_rewards(rpf: Tensor, weights: Tensor) -> Tensor:
     return torch.where(finite.any(-1), total, torch.full_like(total, float("nan")))  # [N]
 
 
-def with_tokens(tokenizer, completion_ids: list[int], steps: list[tuple]) -> list[tuple]:
-    """Step rewards (end char, score, function) with the token each ends on: (end, token, function, score)."""
-    tokens = step_tokens(tokenizer, completion_ids, [end for end, _, _ in steps])
-    return [(end, tok, j, score) for (end, score, j), tok in zip(steps, tokens)]
+def with_tokens(tokenizer, completion_ids: list[int], steps: list[tuple], turn_ends: list[int] | None = None
+                ) -> list[tuple]:
+    """Step rewards (end, score, function) with the token each ends on: (end, token, function, score). An end is a
+    character of the text, or a model turn (TurnEnd: its last model token, `turn_ends`; its end then the characters
+    up to that token)."""
+    chars = iter(step_tokens(tokenizer, completion_ids, [end for end, _, _ in steps if not isinstance(end, TurnEnd)]))
+    out = []
+    for end, score, j in steps:
+        if isinstance(end, TurnEnd):
+            tok = turn_ends[end]
+            end = len(tokenizer.decode(completion_ids[:tok + 1], skip_special_tokens=True))
+        else:
+            tok = next(chars)
+        out.append((end, tok, j, score))
+    return out
+
+
+def last_model_tokens(episode: dict) -> list[int]:
+    """The index of each model turn's last token in an episode's completion (a turn cut to nothing: the token
+    before it)."""
+    return [max(t["end"] - 1, 0) for t in episode["turns"] if t["role"] == "assistant"]
 
 
 def step_metrics(steps: list[list[tuple]]) -> dict[str, float]:

@@ -97,3 +97,11 @@ def test_the_trainer_gives_reward_functions_each_episodes_finish_and_call_outcom
     batch, _ = t.next_batch()
     assert seen["episodes"] == [{"finish": "stop", "calls": 3, "outcomes": {"ok": 3}}] * 4  # the script's 3 calls
     assert batch.rewards_per_func[:, 1].tolist() == [1.0] * 4 and batch.rewards_per_func[:, 2].tolist() == [0.0] * 4
+
+
+def test_tool_efficiency_finds_a_rows_episodes_without_group_size():
+    prompts = [[{"role": "user", "content": "Move every .txt"}]] * 4     # one instruction, two rows (two trees)
+    episodes = [ep(calls=2), ep(calls=3), ep(calls=3), ep(calls=4)]
+    got = ToolEfficiency(success=succeeds(1, 1, 1, 1))(prompts, [[]] * 4, episodes=episodes, fs=["a", "a", "b", "b"])
+    # row a: n = 2: [1, sin(2.4 pi / 4) = 0.951057]; row b: n = 3: [1, f = 24/7, sin(24/7 * pi / 6) = 0.974928]
+    assert got == pytest.approx([1.0, 0.951057, 1.0, 0.974928], abs=1e-6)

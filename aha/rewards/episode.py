@@ -20,6 +20,7 @@ import math
 from typing import Any, Callable
 
 from .base import Reward
+from .scoring import TRL_ARGUMENTS
 
 CUT = ("length", "tool_limit")
 """The finishes of an episode that did not end by itself."""
@@ -103,7 +104,9 @@ class ToolErrorPenalty(Reward):
 class ToolEfficiency(Reward):
     """OTC-GRPO's tool efficiency: a successful episode (success >= threshold) of m calls scores
     `otc_factor(m, n)`, n the fewest calls among its group's successful episodes; a failed one scores 0. Groups are
-    `group_size` consecutive episodes (the trainer's num_generations). OTC multiplies the correctness reward by the
+    `group_size` consecutive episodes (the trainer's num_generations), or by default the runs of consecutive
+    episodes of one dataset row (equal prompt and columns; an environment that writes each episode's prompt in
+    reset makes each its own group unless their prompts agree). OTC multiplies the correctness reward by the
     factor; added beside a 0/1 success reward s at weight w, an episode totals s * (1 + w * factor). With
     cut_is_failure, an episode that did not end by itself is not a success (nor counted in n).
 
@@ -114,10 +117,10 @@ class ToolEfficiency(Reward):
 
     name = "tool_efficiency"
 
-    def __init__(self, group_size: int, success: Callable | None = None, threshold: float = 1.0, c: float = 1.0,
-                 cut_is_failure: bool = False):
+    def __init__(self, group_size: int | None = None, success: Callable | None = None, threshold: float = 1.0,
+                 c: float = 1.0, cut_is_failure: bool = False):
         super().__init__()
-        if not isinstance(group_size, int) or group_size < 1:
+        if group_size is not None and (not isinstance(group_size, int) or group_size < 1):
             raise ValueError(f"group_size must be the trainer's num_generations (an integer >= 1), got {group_size!r}")
         if not c > 0:
             raise ValueError(f"c must be > 0, got {c!r}")
@@ -126,16 +129,29 @@ class ToolEfficiency(Reward):
 
     def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float]:
         episodes, G = episode_records(self.name, kwargs), self.group_size
-        if len(episodes) % G:
+        if G is not None and len(episodes) % G:
             raise ValueError(f"{len(episodes)} episodes are not whole groups of group_size={G}")
         ok = [s >= self.threshold and not (self.cut_is_failure and e["finish"] in CUT)
               for s, e in zip(success_values(self.success, prompts, completions, kwargs), episodes)]
+        starts = list(range(0, len(episodes), G)) if G else row_starts(prompts, kwargs)
         out = []
-        for g in range(0, len(episodes), G):
-            calls = [e["calls"] for e in episodes[g:g + G]]
-            fewest = min((m for m, good in zip(calls, ok[g:g + G]) if good), default=0)
-            out += [otc_factor(m, fewest, self.c) if good else 0.0 for m, good in zip(calls, ok[g:g + G])]
+        for a, b in zip(starts, starts[1:] + [len(episodes)]):
+            calls = [e["calls"] for e in episodes[a:b]]
+            fewest = min((m for m, good in zip(calls, ok[a:b]) if good), default=0)
+            out += [otc_factor(m, fewest, self.c) if good else 0.0 for m, good in zip(calls, ok[a:b])]
         return out
+
+
+def row_starts(prompts: list, kwargs: dict) -> list[int]:
+    """Where each run of consecutive episodes of one dataset row starts: equal prompts and dataset columns (the
+    trainer repeats a row's prompt and columns for its G episodes).
+
+    >>> row_starts(["a", "a", "a", "a"], {"fs": [1, 1, 2, 2], "environments": [None] * 4})
+    [0, 2]
+    """
+    columns = [v for k, v in kwargs.items() if k not in TRL_ARGUMENTS and isinstance(v, list)]
+    keys = [repr((p, [c[i] for c in columns])) for i, p in enumerate(prompts)]
+    return [i for i, key in enumerate(keys) if i == 0 or key != keys[i - 1]]
 
 
 class CutAsFailure(Reward):

@@ -190,24 +190,24 @@ class GRPOConfig(TrainConfig):
     """Column holding the prompt (a string or a list of chat messages)."""
     shuffle_dataset: bool = True
     """Draw prompts in a seeded random order, reshuffled every epoch (false: in dataset order)."""
-    reward_funcs: list[str] = field(default_factory=list)
-    """Reward names from aha.rewards (math, format, ...) or module:function (overrides the task's)."""
-    reward_kwargs: dict[str, Any] = field(default_factory=dict)
     balance_by: Optional[str] = None
     """Draw prompts round-robin over the values of this dataset column (e.g. `family`): each value as often as
     another, a rare value's rows repeating sooner, each value's rows in a seeded order of their own. Not with a
     streaming dataset."""
+    reward_funcs: list[str] = field(default_factory=list)
+    """Reward names from aha.rewards (math, format, ...) or module:function (overrides the task's)."""
+    reward_kwargs: dict[str, Any] = field(default_factory=dict)
     """Per-reward constructor arguments, e.g. {math: {answer_column: gold}}."""
     reward_weights: Optional[list[float]] = None
     """Weight of each reward function in the sum (default: all 1)."""
-    num_generations: int = 8
-    """Completions sampled per prompt (the group size G)."""
-    generation_batch_size: Optional[int] = None
-    """Completions per step, B*G (default: per_device_train_batch_size * gradient_accumulation_steps)."""
     multi_objective_aggregation: Literal["sum_then_normalize", "normalize_then_sum"] = "sum_then_normalize"
     """How several reward functions make one advantage (TRL's): sum_then_normalize, the advantage estimator on their
     weighted sum; normalize_then_sum (GDPO, arXiv 2601.05242), each function normalised within its group, the weighted
     sum normalised over the batch (advantage_estimator becomes gdpo; another one is refused)."""
+    num_generations: int = 8
+    """Completions sampled per prompt (the group size G)."""
+    generation_batch_size: Optional[int] = None
+    """Completions per step, B*G (default: per_device_train_batch_size * gradient_accumulation_steps)."""
     max_completion_length: int = 256
     """Most tokens generated per completion."""
     temperature: float = 1.0
@@ -347,13 +347,13 @@ class GRPOConfig(TrainConfig):
     """DAPO's dynamic sampling: drop groups whose rewards have no spread and sample more until the batch is full."""
     dynamic_sampling_max_rounds: int = 4
     """Extra sampling rounds per step at most (dynamic_sampling); after them the step trains on what it has."""
-    # Agents: tools and environments with TRL's contract (aha.envs). From Python, GRPOTrainer(tools=[...],
-    # environment_factory=...) takes the objects themselves.
-    tools: list[str] = field(default_factory=list)
     keep_groups_by_std: float = 1.0
     """Train on this share of each step's groups (at least one), those whose rewards spread most (largest std;
     RAGEN's rollout filter, arXiv 2504.20073), after dynamic sampling; the others are left out of the update, KL term
     included (1: keep every group)."""
+    # Agents: tools and environments with TRL's contract (aha.envs). From Python, GRPOTrainer(tools=[...],
+    # environment_factory=...) takes the objects themselves.
+    tools: list[str] = field(default_factory=list)
     """Tools every episode may call, as module:function (plain sync or async functions with type hints and a
     Google docstring, as TRL's `tools=`); a module beside you is found as reward functions are."""
     environment: Optional[str] = None
@@ -407,10 +407,10 @@ class GRPOConfig(TrainConfig):
         self._check_distributed()
         require_all(self, {
             "dynamic_sampling_max_rounds": (non_negative, ">= 0"),
+            "keep_groups_by_std": (lambda v: 0 < v <= 1, "in (0, 1]"),
             "num_generations": (lambda v: v >= 2, ">= 2 for group-relative advantages"),
             "max_completion_length": (at_least_one, ">= 1"),
             "temperature": (finite(positive), "> 0 (GRPO samples from the policy and divides its logits by the "
-            "keep_groups_by_std": (lambda v: 0 < v <= 1, "in (0, 1]"),
                                               "temperature; greedy decoding is for `aha eval`)"),
             "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"),
             "top_k": (non_negative, ">= 0 (0: off)"),
@@ -478,17 +478,17 @@ class GRPOConfig(TrainConfig):
         if self.loss_type == "cispo" and self.epsilon_high is None:
             raise ConfigError("loss_type=cispo caps the importance weight at epsilon_high (its eps_max; ScaleRL uses 5): "
                               "set it (TRL falls back to epsilon, which caps every weight below 1)")
-        if self.use_adaptive_entropy and self.entropy_coef_min > self.entropy_coef_max:
-            raise ConfigError(f"entropy_coef_min {self.entropy_coef_min} > entropy_coef_max {self.entropy_coef_max}")
-
-    def _check_batch(self) -> None:
-        """generation_batch_size (derived when unset) against the group size, the minibatch and the engine's batch."""
         if self.multi_objective_aggregation == "normalize_then_sum":
             if self.advantage_estimator not in ("grpo", "gdpo"):
                 raise ConfigError(f"multi_objective_aggregation=normalize_then_sum (GDPO) normalises each reward in its group "
                                   f"and the sum over the batch; advantage_estimator={self.advantage_estimator!r} (or "
                                   "scale_rewards, which TRL ignores there) would be another baseline: remove it")
             self.advantage_estimator = "gdpo"
+        if self.use_adaptive_entropy and self.entropy_coef_min > self.entropy_coef_max:
+            raise ConfigError(f"entropy_coef_min {self.entropy_coef_min} > entropy_coef_max {self.entropy_coef_max}")
+
+    def _check_batch(self) -> None:
+        """generation_batch_size (derived when unset) against the group size, the minibatch and the engine's batch."""
         G, micro, accum = self.num_generations, self.per_device_train_batch_size, self.gradient_accumulation_steps
         if self.generation_batch_size is None:
             self.generation_batch_size = micro * accum

@@ -335,8 +335,9 @@ def test_waiting_rows_join_the_batch_as_rows_finish(tok, layer_cache, chunk, coh
         monkeypatch.setattr(cls, "forward", lambda self, ids, pos, f=cls.forward: steps.append(
             (len(ids), len(getattr(self, "parts", [self])))) or f(self, ids, pos))
     start = engine_module.Cohorts.admit
-    monkeypatch.setattr(engine_module.Cohorts, "admit", lambda self, ids, mask, counts: joins.append(
-        (ids.shape[1], counts.tolist(), [len(p.bias) for p in self.parts])) or start(self, ids, mask, counts))
+    monkeypatch.setattr(engine_module.Cohorts, "admit", lambda self, ids, mask, pos, counts, kept: joins.append(
+        (ids.shape[1], counts.tolist(), [len(p.bias) for p in self.parts])) or start(self, ids, mask, pos, counts,
+                                                                                   kept))
     calls = []
     out = HFEngine(model, sorted(eos), tok.pad_token_id, max_batch=5).generate(
         PROMPTS, 2, SamplingParams(temperature=0, max_new_tokens=T), on_group=lambda i, r: calls.append((i, r)))

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Callable, Protocol, runtime_checkable
+from typing import Callable, ContextManager, Protocol, runtime_checkable
 
 import torch
 
@@ -65,3 +66,12 @@ class Engine(Protocol):
 
     def update_weights(self, model, version: int) -> None:
         """Sample from `model`'s current weights from now on, tagged `version`."""
+
+    # Optional: keep_caches() -> a context manager within which each generate call keeps its rows' key/value caches
+    # for the next call, whose contexts extending them prefill only what was added (HFEngine.keep_caches).
+
+
+def keeping_caches(engine: Engine) -> ContextManager:
+    """`engine.keep_caches()` where the engine has it (an optional member), else a context that does nothing."""
+    keep = getattr(engine, "keep_caches", None)
+    return keep() if keep is not None else nullcontext()

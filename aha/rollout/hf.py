@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+from contextlib import contextmanager
 
 import torch
 from torch import Tensor
@@ -130,6 +131,14 @@ def packed_weights(lm) -> dict:
         b = None if group[0].bias is None else torch.cat([m.bias.detach() for m in group]).to(w.dtype)
         out[group] = (torch.ops.mkldnn._reorder_linear_weight(w, 16), b, w.dtype, [m.out_features for m in group])
     return out
+
+
+def on_device(generator: torch.Generator | None, device: torch.device) -> torch.Generator | None:
+    """A generator on `device` (sampling needs one on the logits' device), seeded from `generator` where it is
+    elsewhere."""
+    if generator is None or generator.device.type == device.type:
+        return generator
+    return torch.Generator(device).manual_seed(int(torch.randint(2**63 - 1, (1,), generator=generator)))
 
 
 def tempered(logits: Tensor, temperature: float) -> Tensor:
@@ -253,10 +262,11 @@ class LayerCache:
         self._room(end)
         if q == 1:  # decode: the new column is visible to every row
             bias = self._open()                                                  # [m,1,1,end]
-        else:  # prefill: causal too; a padding query sees itself, so no row is all -inf
+        else:  # prefill (after kept columns, if any): causal too; a padding query sees itself, so no row is all -inf
             bias = self.bias[:, None, None, :end]                                # [m,1,1,S]
             causal = torch.ones(q, end, dtype=torch.bool, device=ids.device).tril(end - q)
-            seen = causal & ((bias[:, :, 0] == 0) | torch.eye(q, end, dtype=torch.bool, device=ids.device))
+            itself = torch.eye(q, end, dtype=torch.bool, device=ids.device).roll(end - q, 1)  # query j: column end-q+j
+            seen = causal & ((bias[:, :, 0] == 0) | itself)
             bias = torch.zeros_like(seen, dtype=bias.dtype).masked_fill(~seen, self.blocked)[:, None]
         logits = self._logits(ids, pos, bias)
         self.end = end
@@ -329,6 +339,24 @@ class LayerCache:
         out, _ = self.attend(attn, q, k, v, bias, dropout=0.0, scaling=attn.scaling)
         return out.reshape(*out.shape[:2], -1)
 
+    def load(self, kept: list, start: int) -> None:
+        """Row i's kept columns (`kept[i]`, a `Kept` or None) written right-aligned to column `start`, where its
+        mask already shows them; the prefill that follows writes from `start` on. The columns left of a shorter
+        kept cache are masked, and zeros, not whatever the buffer held (0 x NaN is NaN)."""
+        for x in self.k + self.v:
+            x[:, :, :start].zero_()
+        for i, hit in enumerate(kept):
+            if hit is not None:
+                for mine, theirs in zip(self.k + self.v, hit.k + hit.v):
+                    mine[i, :, start - hit.length:start] = theirs
+        self.end = start
+
+    def columns(self, row: int, count: int) -> tuple[list[Tensor], list[Tensor]]:
+        """Keys and values [Hkv,count,D] of each layer at batch row `row`'s first `count` visible columns: its
+        context's tokens, then those it generated and fed back (a finished row's later columns are ignored)."""
+        at = (self.bias[row, :self.end] == 0).nonzero().squeeze(-1)[:count]
+        return [k[row][:, at] for k in self.k], [v[row][:, at] for v in self.v]
+
     def repeat(self, n: int | Tensor) -> None:
         """Row i becomes n (or n[i]) rows sharing its cache."""
         m = len(self.bias) * n if isinstance(n, int) else int(n.sum())
@@ -386,11 +414,12 @@ class Cohorts(LayerCache):
             setattr(self, name, getattr(first, name))
         self.parts = [first]
 
-    def admit(self, ids: Tensor, mask: Tensor, counts: Tensor) -> Tensor:
-        """A new cohort: prompts ids [p,L] (left-padded, mask [p,L]) prefilled, counts[i] rows of prompt i
-        appended to the batch. The prompts' logits [p,V]."""
+    def admit(self, ids: Tensor, mask: Tensor, pos: Tensor, counts: Tensor, kept: list) -> Tensor:
+        """A new cohort: prompts prefilled (`Prefill`: ids [p,q] at positions pos after their kept columns, mask
+        [p,L]), counts[i] rows of prompt i appended to the batch. The prompts' logits [p,V]."""
         new = LayerCache(self.lm, mask, 0, packed=self.packed)
-        logits = new.forward(ids, (mask.cumsum(-1) - 1).clamp(min=0))           # [p,V]
+        new.load(kept, mask.shape[1] - ids.shape[1])
+        logits = new.forward(ids, pos)                                           # [p,V]
         new.repeat(counts)
         self.parts.append(new)
         self._bound()
@@ -412,6 +441,13 @@ class Cohorts(LayerCache):
             out.append(part._attend(attn, q[rows], k[rows], v[rows], b, layer))
             start = rows.stop
         return torch.cat(out)
+
+    def columns(self, row: int, count: int) -> tuple[list[Tensor], list[Tensor]]:
+        for part in self.parts:
+            if row < len(part.bias):
+                return part.columns(row, count)
+            row -= len(part.bias)
+        raise IndexError("no such row in the batch")
 
     def select(self, rows: Tensor) -> None:
         parts, start = [], 0
@@ -511,6 +547,53 @@ class GraphCache(LayerCache):
         return graph, logits
 
 
+class Kept:
+    """A row's keys and values [Hkv,length,D] of each layer: those of the first `length` tokens of its context."""
+
+    def __init__(self, length: int, k: list[Tensor], v: list[Tensor]):
+        self.length, self.k, self.v = length, k, v
+
+
+class KeptCaches:
+    """The caches of rows that ended, by the tokens they hold (`HFEngine.keep_caches`): at most `limit` rows."""
+
+    def __init__(self, limit: int):
+        self.limit, self.by_tokens = limit, {}
+
+    def __len__(self) -> int:
+        return len(self.by_tokens)
+
+    def full(self) -> bool:
+        return len(self.by_tokens) >= self.limit
+
+    def put(self, tokens: list[int], k: list[Tensor], v: list[Tensor]) -> None:
+        self.by_tokens[tuple(tokens)] = Kept(len(tokens), k, v)
+
+    def find(self, context: list[int]) -> Kept | None:
+        """The longest kept cache of a prefix of `context` that leaves at least one token to prefill."""
+        for n in sorted({len(t) for t in self.by_tokens if len(t) < len(context)}, reverse=True):
+            hit = self.by_tokens.get(tuple(context[:n]))
+            if hit is not None:
+                return hit
+        return None
+
+
+def prefill_plan(contexts: list[list[int]], kept: KeptCaches | None, pad: int) -> tuple:
+    """What prefilling `contexts` computes, past the longest kept cache of each (`kept`; None: none): ids [P,q] of
+    the tokens after it (left-padded), the mask [P,C+q] of its kept columns (right-aligned to column C, the
+    longest kept) then those tokens, their positions [P,q], and each one's Kept (or None)."""
+    hits = [kept.find(p) if kept is not None else None for p in contexts]
+    done = [0 if h is None else h.length for h in hits]
+    P, C, q = len(contexts), max(done), max(len(p) - c for p, c in zip(contexts, done))
+    ids = torch.full((P, q), pad, dtype=torch.long)                              # [P,q]
+    mask = torch.zeros((P, C + q), dtype=torch.long)                             # [P,C+q]
+    for i, (p, c) in enumerate(zip(contexts, done)):
+        ids[i, q - len(p) + c:] = torch.tensor(p[c:], dtype=torch.long)
+        mask[i, C - c:C] = 1
+        mask[i, C + q - len(p) + c:] = 1
+    return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)[:, C:], hits
+
+
 class HFEngine:
     """Generates with the policy module itself, so weight updates need no copy (an Engine)."""
 
@@ -527,6 +610,8 @@ class HFEngine:
         self.pad = pad_token_id
         self.max_batch = max_batch
         """Most sequences decoded at once; prompts are chunked to stay under it."""
+        self.kept: KeptCaches | None = None
+        """Within `keep_caches`: the caches the last generate call kept (None: caches are not kept)."""
 
     @classmethod
     def for_model(cls, model, tokenizer, max_batch: int = 512) -> "HFEngine":
@@ -538,6 +623,24 @@ class HFEngine:
         """The engine shares the policy's parameters: nothing is copied; the module is rebound (it may be
         a new object) and the version recorded, so each Rollout says which weights sampled it."""
         self.model, self.version = model, version
+        if self.kept is not None:  # computed by the old weights
+            self.kept = KeptCaches(self.max_batch)
+
+    @contextmanager
+    def keep_caches(self):
+        """Within it, each generate call keeps the key/value cache of every row as the row ends (its context and
+        every token it generated but the last, which was sampled, never fed), and the next call prefills, of a
+        context that extends a kept cache, only the tokens after it: an episode's next turn prefills only what
+        its tools and the template's turn markers added. A kept cache lives one call: the next call reads it or
+        never will, and frees it; all are freed on leaving. At most max_batch rows' caches are kept (what one full
+        decode batch holds): rows past it prefill their whole context. Llama-layout models (LayerCache,
+        GraphCache); other models prefill whole contexts. Decode and prefill kernels round differently, so a
+        kept cache gives log-probs equal to a re-prefill's only to rounding (tests/test_kv_turns.py)."""
+        self.kept = KeptCaches(self.max_batch)
+        try:
+            yield self
+        finally:
+            self.kept = None
 
     @torch.no_grad()
     def generate(self, prompt_ids: list[list[int]], n: int, params: SamplingParams,
@@ -564,12 +667,9 @@ class HFEngine:
                 on_group: GroupCallback | None) -> Rollout:
         """The decode loop of one generate call. Buffers are indexed by output row (prompt i's samples are rows
         i*n..i*n+n-1); `rows` lists the rows in the batch, in the cache's order."""
-        device = next(self.model.parameters()).device
+        device, kept = next(self.model.parameters()).device, self._turn_over()
         P, T, M = len(prompts), params.max_new_tokens, len(prompts) * n
-        if generator is not None and generator.device.type != device.type:  # sampling needs one on the logits'
-            seed = int(torch.randint(2**63 - 1, (1,), generator=generator))  # device: seeded from the caller's
-            generator = torch.Generator(device).manual_seed(seed)
-        eos = self.eos.to(device)
+        generator, eos = on_device(generator, device), self.eos.to(device)
         out = torch.full((M, T), self.pad, dtype=torch.long, device=device)     # [M,T]
         length = torch.zeros(M, dtype=torch.long, device=device)                # [M] tokens so far
         done = torch.zeros(M, dtype=torch.bool, device=device)                  # [M] ended with EOS
@@ -582,7 +682,7 @@ class HFEngine:
             least = max(1, int(ADMIT_FRACTION * self.max_batch)) if len(rows) else 1
             if started < M and room >= least and (cache is None or cache.admits_rows):  # start rows (new batch if none)
                 new_rows = torch.arange(started, min(M, started + room), device=device)
-                cache, new_logits, new_pos = self._admit(cache, prompts, new_rows, n, T, packed)
+                cache, new_logits, new_pos = self._admit(cache, prompts, new_rows, n, T, packed, kept)
                 packed, started = getattr(cache, "packed", None), started + len(new_rows)
                 logits, next_pos = ((new_logits, new_pos) if not len(rows) else
                                     (torch.cat([logits, new_logits]), torch.cat([next_pos, new_pos])))
@@ -598,16 +698,16 @@ class HFEngine:
             length[at] = col + 1
             done[at[torch.isin(new_tok, eos)]] = True
             if on_group is not None:
-                for g in ((done | (length == T)).view(P, n).all(1) & ~reported).nonzero().squeeze(-1).tolist():
-                    reported[g] = True
-                    on_group(g, self._rows(out, length, done, logp, slice(g * n, (g + 1) * n)))
+                self._report(on_group, reported, out, length, done, logp, n, T)
             finished = done[rows] | (length[rows] == T)                          # [m]
             if bool(finished.all()):
+                self._keep(cache, torch.arange(len(rows)), rows, prompts, n, out, length)
                 if started == M:
                     break
                 cache, rows = None, rows[:0]  # the next prompts start a new batch
                 continue
             if not cache.fixed_rows and finished.sum() >= max(1, COMPACT_FRACTION * len(rows)):
+                self._keep(cache, finished.nonzero().squeeze(-1), rows, prompts, n, out, length)
                 keep = (~finished).nonzero().squeeze(-1)
                 cache.select(keep)
                 rows, tok, next_pos = rows[keep], tok[keep], next_pos[keep]
@@ -615,36 +715,67 @@ class HFEngine:
             next_pos = next_pos + 1
         return self._rows(out, length, done, logp, slice(0, M))
 
-    def _admit(self, cache, prompts: list[list[int]], rows: Tensor, n: int, T: int, packed: dict | None) -> tuple:
-        """Start output rows `rows` (row r samples prompts[r // n]), each prompt prefilled once: in a new cache
-        (cache None; whole prompts, their weights prepacked as `packed`) or as a new cohort of `cache`'s batch.
-        The cache, the rows' logits [k,V] and their next positions [k]."""
+    def _report(self, on_group: GroupCallback, reported: Tensor, out: Tensor, length: Tensor, done: Tensor,
+                logp: Tensor | None, n: int, T: int) -> None:
+        """on_group(i, its rollout) for each prompt whose n rows have all finished since the last report."""
+        for g in ((done | (length == T)).view(-1, n).all(1) & ~reported).nonzero().squeeze(-1).tolist():
+            reported[g] = True
+            on_group(g, self._rows(out, length, done, logp, slice(g * n, (g + 1) * n)))
+
+    def _turn_over(self) -> KeptCaches | None:
+        """Within keep_caches: the caches the last call kept (this call reads them), and an empty store for this
+        call's; else None."""
+        if self.kept is None:
+            return None
+        kept, self.kept = self.kept, KeptCaches(self.max_batch)
+        return kept
+
+    def _keep(self, cache, leaving: Tensor, rows: Tensor, prompts: list[list[int]], n: int, out: Tensor,
+              length: Tensor) -> None:
+        """Within keep_caches: the caches of batch rows `leaving` kept, each by the tokens it holds (its context and
+        every token it generated but the last)."""
+        if self.kept is None or not isinstance(cache, LayerCache):
+            return
+        for i in leaving.tolist():
+            if self.kept.full():
+                return
+            r = int(rows[i])
+            tokens = prompts[r // n] + out[r, :int(length[r]) - 1].tolist()
+            self.kept.put(tokens, *cache.columns(i, len(tokens)))
+
+    def _admit(self, cache, prompts: list[list[int]], rows: Tensor, n: int, T: int, packed: dict | None,
+               kept: KeptCaches | None = None) -> tuple:
+        """Start output rows `rows` (row r samples prompts[r // n]), each prompt prefilled once past its longest
+        kept cache (`kept`, `prefill_plan`): in a new cache (cache None; its weights prepacked as `packed`) or as a
+        new cohort of `cache`'s batch. The cache, the rows' logits [k,V] and their next positions [k]."""
         device = next(self.model.parameters()).device
         index, counts = torch.unique_consecutive(rows // n, return_counts=True)  # prompts, rows of each
-        part = [prompts[i] for i in index.tolist()]
-        P, L = len(part), max(len(p) for p in part)
-        ids = torch.full((P, L), self.pad, dtype=torch.long)                    # [P,L] left-padded
-        mask = torch.zeros((P, L), dtype=torch.long)                             # [P,L]
-        for i, p in enumerate(part):
-            ids[i, L - len(p):] = torch.tensor(p, dtype=torch.long)
-            mask[i, L - len(p):] = 1
-        ids, mask = ids.to(device), mask.to(device)
+        total = max(map(len, prompts)) + T
+        kept = kept if cache is not None or self._fast(total) else None          # HFCache keeps nothing
+        ids, mask, pos, hits = prefill_plan([prompts[i] for i in index.tolist()], kept, self.pad)
+        ids, mask, pos = ids.to(device), mask.to(device), pos.to(device)         # [P,q], [P,C+q], [P,q]
         with attention_kernels(device):  # the prefill's width changes with the prompts; decode steps' shapes repeat
             if cache is not None:
                 cache = cache if isinstance(cache, Cohorts) else Cohorts(cache)
-                logits = cache.admit(ids, mask, counts)                          # [P,V]
+                logits = cache.admit(ids, mask, pos, counts, hits)               # [P,V]
             else:
-                cache = self._cache(mask, T, max(map(len, prompts)) + T, packed)
-                logits = cache.forward(ids, (mask.cumsum(-1) - 1).clamp(min=0))  # [P,V]
+                cache = self._cache(mask, T, total, packed)
+                if kept is not None:
+                    cache.load(hits, mask.shape[1] - ids.shape[1])
+                logits = cache.forward(ids, pos)                                 # [P,V]
                 if n > 1:  # prefill once per prompt, then share the cache among its n samples
                     cache.repeat(n)
         return cache, logits.repeat_interleave(counts, 0), mask.sum(-1).repeat_interleave(counts, 0)
+
+    def _fast(self, total: int) -> bool:
+        """Whether this model decodes through LayerCache, for rows of `total` tokens at most."""
+        return self.layer_cache and LayerCache.supports(self.model, total)
 
     def _cache(self, mask: Tensor, T: int, total: int, packed: dict | None):
         """A cache for prompts `mask` [P,L] and T new tokens: LayerCache for the Llama layout (GraphCache on a GPU
         with CUDA graphs on), HFCache for every other model, and for a sliding-window model where some row of the
         call (`total`: its longest prompt + T; rows may join this cache later) passes the window."""
-        fast = self.layer_cache and LayerCache.supports(self.model, total)
+        fast = self._fast(total)
         if fast and self.cuda_graphs and mask.device.type == "cuda":
             return GraphCache(self.model, mask, T, packed=packed)
         return LayerCache(self.model, mask, T, packed=packed) if fast else HFCache(self.model, mask, T)

@@ -1,11 +1,13 @@
 """The turn loop: an agent's episodes, advanced one model turn at a time for all of them together.
 
 Each round is one engine call for every episode still running (the first samples the G episodes of a prompt
-together when their prompts are the same). The conversation so far is prefilled again each round: aha's engine
-keeps no KV cache between calls, so nothing of an earlier turn is reused. A model turn's text is read for tool
-calls through the chat template (aha.data.toolcalls), the calls run (aha.envs.tools: every failure becomes a
-tool message), and the tokens the tool messages add are appended with loss mask 0: the model reads them, never
-trains on them. Token ids are spliced, never re-tokenized, so what the model saw is what the learner scores.
+together when their prompts are the same). Inside the loop the engine keeps each episode's key/value cache from one
+round to the next (`keep_caches`, where the engine has it): a round prefills only the tokens added since the last,
+the tool messages and the template's turn markers, and the caches of episodes that ended are freed. A model turn's
+text is read for tool calls through the chat template (aha.data.toolcalls), the calls run (aha.envs.tools: every
+failure becomes a tool message), and the tokens the tool messages add are appended with loss mask 0: the model
+reads them, never trains on them. Token ids are spliced, never re-tokenized, so what the model saw is what the
+learner scores.
 
 The budget is TRL's: max_completion_length counts every token after the prompt, the model's and the tools'. A
 model turn is cut at what is left; tool results that would leave no room for one more model token are dropped,
@@ -24,7 +26,7 @@ import torch
 
 from ..data.toolcalls import ToolChat
 from ..envs.tools import Toolbox
-from .base import Engine, Rollout, SamplingParams
+from .base import Engine, Rollout, SamplingParams, keeping_caches
 
 
 @dataclass
@@ -58,14 +60,15 @@ def run_turns(engine: Engine, chat: ToolChat, episodes: list[Episode], group_siz
     """Run `episodes` (prompt-major, `group_size` per prompt) to their ends; every token after each prompt, its
     loss mask and turn records, as one Rollout."""
     budget, live, first = params.max_new_tokens, list(range(len(episodes))), True
-    while live:
-        running = [episodes[i] for i in live]
-        out = _generate(engine, running, group_size if first else 1, params, budget, generator, context)
-        first = False
-        for k, e in enumerate(running):
-            lp = out.logprobs[k] if out.logprobs is not None else [0.0] * len(out.completion_ids[k])
-            _take_turn(e, chat, out.completion_ids[k], out.truncated[k], lp, budget, max_rounds)
-        live = [i for i in live if episodes[i].finish is None]
+    with keeping_caches(engine):  # each round's call has every running episode: a cache not read is freed
+        while live:
+            running = [episodes[i] for i in live]
+            out = _generate(engine, running, group_size if first else 1, params, budget, generator, context)
+            first = False
+            for k, e in enumerate(running):
+                lp = out.logprobs[k] if out.logprobs is not None else [0.0] * len(out.completion_ids[k])
+                _take_turn(e, chat, out.completion_ids[k], out.truncated[k], lp, budget, max_rounds)
+            live = [i for i in live if episodes[i].finish is None]
     return Rollout(completion_ids=[e.ids for e in episodes], truncated=[e.finish != "stop" for e in episodes],
                    version=engine.version, logprobs=[e.logprobs for e in episodes] if params.logprobs else None,
                    loss_mask=[e.mask for e in episodes], prompt_ids=[e.prompt_ids for e in episodes],

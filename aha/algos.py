@@ -223,6 +223,71 @@ def process_advantages(outcome: Tensor, last: Tensor, seq: Tensor, token: Tensor
     return adv, metrics
 
 
+@_register_adv("gigpo")
+def gigpo_episode_advantages(g: GroupStats, eps: float) -> Tensor:
+    """GiGPO's episode level (Feng et al. 2025, arXiv 2505.10978): grpo's advantage of each whole episode. On an
+    agent's episodes the trainer adds the step level (`gigpo_advantages`); on anything else this is grpo."""
+    return grpo_advantages(g, eps)                                    # [B,G]
+
+
+def is_turn_level(name: str) -> bool:
+    """Whether advantage estimator `name` credits an agent's turns one by one (gigpo)."""
+    return get_advantage(name) is gigpo_episode_advantages
+
+
+GIGPO_GAMMA = 0.95
+"""GiGPO's discount of later turns' rewards in a turn's return (the paper's)."""
+GIGPO_OMEGA = 1.0
+"""GiGPO's weight of the step-level advantage beside the episode-level one (the paper's)."""
+
+
+def gigpo_advantages(rewards: Tensor, turn_episode: Tensor, turn_reward: Tensor, anchor: Tensor, turn_start: Tensor,
+                     turn_end: Tensor, length: int, group_size: int, gamma: float = GIGPO_GAMMA,
+                     omega: float = GIGPO_OMEGA, eps: float = ADV_EPS) -> tuple[Tensor, dict[str, float]]:
+    """Token advantages [N,T] by GiGPO (Feng et al. 2025, arXiv 2505.10978): each token of turn t of episode i gets
+        A(i,t) = A_E(i) + omega * A_S(i,t)
+    A_E: grpo's advantage of the episode's reward R(i) in its group (`rewards` [N], NaN: excluded, A_E 0).
+    A_S: the turns of one group's episodes that act from one anchor state (`anchor` [S]: equal ids, one state) form
+    a step group; a turn's return is its discounted reward-to-go within its episode,
+        G(i,t) = sum over k >= t of gamma^(k-t) r(i,k)          (r = `turn_reward` [S])
+    and A_S(i,t) = (G(i,t) - mean of its step group) / (std + eps), with grpo's conventions (0 in a group of one, or
+    of equal returns). Turns are given as S rows in episode order (`turn_episode` [S] their episode, `turn_start`,
+    `turn_end` [S] their token span, end exclusive); tokens outside every turn (tool results) get A_E alone.
+
+    Example, G=2, sparse rewards (r on an episode's last turn): episode 0 two turns, rewards [0, 1], R = 1; episode 1
+    one turn, reward 0, R = 0. A_E = [+0.707, -0.707]. Both first turns act from the prompt (one anchor): returns
+    gamma * 1 = 0.95 and 0 -> A_S = [+0.707, -0.707]; episode 0's second turn is alone in its step group: A_S = 0.
+    So episode 0's first turn 1.414, its second 0.707; episode 1's turn -1.414.
+    """
+    N, S = rewards.numel(), turn_episode.numel()
+    assert rewards.shape == (N,) and N % group_size == 0, (rewards.shape, group_size)
+    for t in (turn_reward, anchor, turn_start, turn_end):
+        assert t.shape == (S,), (t.shape, S)
+    episode_adv, metrics = compute_advantages("grpo", rewards, group_size, eps)   # [N]
+    returns = torch.zeros(S, dtype=torch.float32)                     # [S] discounted reward-to-go
+    for s in reversed(range(S)):
+        later = s + 1 < S and turn_episode[s + 1] == turn_episode[s]
+        returns[s] = float(turn_reward[s]) + (gamma * returns[s + 1] if later else 0.0)
+    keys = [(int(e) // group_size, int(a)) for e, a in zip(turn_episode, anchor)]  # step group: prompt group, anchor
+    members: dict[tuple, list[int]] = {}
+    for s, key in enumerate(keys):
+        members.setdefault(key, []).append(s)
+    width = max((len(m) for m in members.values()), default=1)
+    pool = torch.full((len(members), width), float("nan"))            # [K,P] each step group's returns
+    where = {}
+    for k, turns in enumerate(members.values()):
+        for p, s in enumerate(turns):
+            pool[k, p], where[s] = returns[s], (k, p)
+    g = group_stats(pool.reshape(-1), width)
+    step = torch.where(g.valid & ~g.equal, grpo_advantages(g, eps), torch.zeros_like(g.r))  # [K,P]
+    adv = episode_adv[:, None].repeat(1, length)                      # [N,T]
+    for s in range(S):
+        adv[turn_episode[s], turn_start[s]:turn_end[s]] += omega * step[where[s]]
+    grouped = sum(len(m) for m in members.values() if len(m) > 1)
+    metrics.update({"gigpo/step_groups": float(len(members)), "gigpo/grouped_turn_frac": grouped / S if S else 0.0})
+    return adv, metrics
+
+
 def compute_advantages(name: str, rewards: Tensor, group_size: int,
                        eps: float = ADV_EPS) -> tuple[Tensor, dict[str, float]]:
     """Advantages [N] for rewards [N] (NaN = excluded) plus group metrics.

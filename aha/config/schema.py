@@ -233,7 +233,8 @@ class GRPOConfig(TrainConfig):
     advantage_estimator: str = "grpo"
     """grpo (group std), dr_grpo (no std), batch (std of the centred rewards over the batch, REINFORCE++),
     batch_rewards (std of the batch's rewards, TRL's scale_rewards=batch), rloo (leave-one-out), grpo_process
-    (DeepSeekMath's process supervision: step rewards give each token its own advantage; outcome only: grpo)."""
+    (DeepSeekMath's process supervision: step rewards give each token its own advantage; outcome only: grpo), gigpo
+    (agents: grpo over episodes plus, per turn, grpo over the returns of turns from one anchor state; else grpo)."""
     loss_type: str = "dapo"
     """TRL's loss_type, a (surrogate, aggregation) pair (aha.algos.LOSS_TYPES): grpo (clip, per-sequence mean), dapo
     (clip, batch token mean), dr_grpo (clip, fixed length), bnpo (clip, token mean of each rank's share), luspo (clip,

@@ -46,6 +46,9 @@ ADVANTAGE_FORMULAS = {
                     "rewards each token sums the steps ending at or after it]",
     "gdpo": "A_i = (r_i - mean over the batch of r_j) / (std over the batch of r_j + eps)   [GDPO: after each "
             "function's rewards are normalised in their group and summed (normalize_then_sum)]",
+    "gigpo": "A_i = (r_i - mean(r)) / (std(r) + eps), + omega * A_S on an agent's turn   [GiGPO: A_S is grpo's "
+             "over the discounted returns of the turns that act from one anchor state; between outcome supervision "
+             "(one value per episode) and process supervision (one per step): credit per turn, no step reward needed]",
 }
 """How each estimator of algos.ADVANTAGES reads, for the page (the code that computes it is in algos)."""
 

@@ -12,7 +12,8 @@
   environment's class and the row. Its public methods are the episode's tools, after the standalone ones (a name
   used twice is an error, see aha.envs.tools). An optional `get_reward()` (sync or async) scores the episode it
   ran: it is a reward function named after the class, weight 1 (`reward_weights` weigh the `reward_funcs` only),
-  summed with them.
+  summed with them. An optional `state_key()` (aha's) names the state the environment is in, read before each model
+  turn: `advantage_estimator: gigpo` groups the turns that act from one state (with what each episode has read).
 - An environment one of whose calls ran past `tool_timeout` may still be changed by that call's thread: it is taken
   out of the pool (a fresh one is built from the factory when an episode next needs one) and counted
   (`tools/environments_replaced`); the rest of its episode gets an error message for each call to its methods.
@@ -29,7 +30,7 @@ from typing import Callable
 from ..rewards.deadline import RewardTimeout
 from .tools import Toolbox, check_unique, guarded, tool_schema
 
-RESERVED = ("reset", "get_reward")
+RESERVED = ("reset", "get_reward", "state_key")
 """Environment methods that are not tools."""
 PLACEHOLDER_PROMPT = [{"role": "user", "content": ""}]
 """The prompt of a row without one (an environment that owns its data writes it in `reset`), as TRL's."""

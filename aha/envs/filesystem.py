@@ -115,6 +115,11 @@ class FilesystemEnv:
     def get_reward(self) -> float:
         return float(self.tree.state() == self.goal.state())
 
+    def state_key(self) -> tuple:
+        """The tree (gigpo's anchor states: with what the episode has read, so a tree before a list_dir is another
+        anchor than the same tree after it)."""
+        return self.tree.state()
+
     def list_dir(self, path: str) -> str:
         """
         List a folder (entries as paths; folders end with "/").

@@ -306,18 +306,14 @@ def score_completions(reward_funcs: list[Callable], prompts: list, completions: 
     Async functions are awaited together on a helper thread while the sync ones run one after another on the
     calling thread: verifiers parallelise their own batches, and libraries such as math-verify use signal-based
     time-outs that only work on the main thread. Every call gets `timeout_s` of wall clock and its own deep copy
-    of the prompts, completions and columns. An agent's `environments` (one per completion, as TRL passes them)
-    are shared, not copied: a function reads each episode's final state. Their `episodes` say how each ended and
-    what its tool calls came to ({"finish", "calls", "outcomes"}: aha.rewards.episode).
-
-    A function may give a completion a list of (end, score) step rewards (aha.rewards.steps): its matrix entry is
-    the mean usable step score, and a list `steps_out` receives per completion the (end, score, function index)
-    triples, by function and end (a score that is NaN, inf or not a number is NaN: left out, counted). An episode's
-    value may be a list of numbers, one per model turn, whose ends are turn indices (aha.rewards.steps.TurnEnd)."""
+    of the prompts, completions and columns; an agent's `environments` (one per completion, as TRL passes them) are
+    shared: a function reads each episode's final state. aha's `episodes` say how each ended and what its calls came
+    to ({"finish", "calls", "outcomes"}: aha.rewards.episode).
+    A value may be a list of (end, score) step rewards (aha.rewards.steps; an episode's: one score per model turn):
+    its matrix entry is the mean usable step score, and `steps_out` receives per completion the (end, score,
+    function index) triples (a score that is NaN, inf or not a number is NaN: left out, counted)."""
     import torch  # here, so that the verifiers themselves import without torch
-
-    n = len(completions)
-    logged: dict[str, list[float]] = {}
+    n, logged = len(completions), {}  # logged: name -> the values given through log_metric
     kwargs = dict(columns, prompts=prompts, completions=completions, completion_ids=completion_ids,
                   trainer_state=trainer_state,  # as TRL passes it: curricula read trainer_state.global_step
                   environments=environments, episodes=episodes, log_extra=_no_log_extra,

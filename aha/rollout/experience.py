@@ -79,7 +79,7 @@ class Generation:
             if ctx and len(ids) + a.max_completion_length > ctx:
                 raise ValueError(f"an episode's prompt has {len(ids)} tokens; with max_completion_length "
                                  f"{a.max_completion_length} it exceeds the model's context of {ctx}")
-            episodes.append(Episode(prompt, ids, agent.toolbox(env, name)))
+            episodes.append(Episode(prompt, ids, agent.toolbox(env, name), state_key=getattr(env, "state_key", None)))
         out = run_turns(self.engine, self.chat, episodes, G, self.sampling, generator,
                         a.max_tool_calling_iterations, ctx)
         out.environments = envs if agent.has_environments else None
@@ -274,6 +274,9 @@ class Experience:
         if algos.is_process(a.advantage_estimator) and batch.steps is not None:
             advantages, adv_metrics = self.process_advantages(batch)                  # [N,T]
             batch.set_token_advantages(advantages)
+        elif algos.is_turn_level(a.advantage_estimator) and batch.episodes is not None:
+            advantages, adv_metrics = self.turn_advantages(batch)                     # [N,T]
+            batch.set_token_advantages(advantages)
         else:
             advantages, adv_metrics = algos.compute_advantages(a.advantage_estimator, self.objective(batch),
                                                                a.num_generations)    # [N]
@@ -315,6 +318,26 @@ class Experience:
         last = torch.tensor([int(m.nonzero().max()) if m.any() else 0 for m in batch.loss_mask])  # [N]
         length = max(1, max(len(c) for c in batch.completion_ids))
         return algos.process_advantages(outcome, last, seq, tok, score, length, batch.group_size)
+
+    def turn_advantages(self, batch: GRPOBatch) -> tuple[Tensor, dict[str, float]]:
+        """GiGPO's token advantages [N,T] (algos.gigpo_advantages) on an agent's episodes: each model turn a step whose
+        reward is what reward functions gave that turn (one score per model turn, weighted) and, on the episode's last
+        turn, its outcome (the weighted sum of the functions that gave it a number); its anchor, `turn_anchors`."""
+        outcome = self.combine(batch.rewards_per_func, batch.steps, outcome_only=True)  # [N]
+        rows, anchors = [], {}
+        for i, episode in enumerate(batch.episodes):
+            turns = [t for t in episode["turns"] if t["role"] == "assistant"]
+            reward = [0.0] * len(turns)
+            ends = {max(t["end"] - 1, 0): k for k, t in enumerate(turns)}
+            for _, tok, j, score in (batch.steps[i] if batch.steps is not None else []):
+                reward[ends[tok]] += float(score) * float(self.reward_weights[j]) if score == score else 0.0
+            reward[-1] += float(outcome[i]) if torch.isfinite(outcome[i]) else 0.0
+            for t, r, key in zip(turns, reward, turn_anchors(episode)):
+                rows.append((i, r, anchors.setdefault(key, len(anchors)), t["start"], t["end"]))
+        episode_of, reward, anchor, start, end = (torch.tensor([row[k] for row in rows]) for k in range(5))  # [S]
+        length = max(1, max(len(c) for c in batch.completion_ids))
+        return algos.gigpo_advantages(batch.rewards, episode_of, reward.float(), anchor, start, end, length,
+                                      batch.group_size)
 
     def _spread_groups(self, batch: GRPOBatch) -> list[int]:
         """Groups with at least two rewards that differ: the ones that carry a learning signal."""
@@ -366,6 +389,22 @@ def with_tokens(tokenizer, completion_ids: list[int], steps: list[tuple], turn_e
         else:
             tok = next(chars)
         out.append((end, tok, j, score))
+    return out
+
+
+def turn_anchors(episode: dict) -> list[str]:
+    """What each model turn of an episode acts from (gigpo's anchor state), as a key: with the environment's state
+    key (`state_key()`, read before the turn), that key, the prompt and the tool results the episode has read so
+    far; without one, the prompt and everything before the turn (each earlier turn's text and its results). Turns
+    of one group with equal keys form a step group."""
+    states, k, read, before, out = episode.get("states"), 0, [], [], []
+    for turn in episode["turns"]:
+        if turn["role"] == "assistant":
+            out.append(repr((episode["prompt"], states[k], read) if states else (episode["prompt"], before)))
+            k, before = k + 1, before + [turn["text"]]
+        else:
+            results = [c["content"] for c in turn["calls"]]
+            read, before = read + [results], before + [results]
     return out
 
 

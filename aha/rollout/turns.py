@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field, replace
+from typing import Callable
 
 import torch
 
@@ -46,13 +47,16 @@ class Episode:
     truncated_results: int = 0                            # tool results cut to the budget before tokenizing
     rounds: int = 0                                       # rounds of tools run
     finish: str | None = None
+    state_key: Callable[[], object] | None = None         # the environment's state_key, when it has one
+    states: list[str] = field(default_factory=list)       # repr(state_key()) before each model turn (anchors, gigpo)
 
     def record(self) -> dict:
         model = sum(self.mask)
         return {"prompt": self.prompt, "messages": self.messages, "turns": self.turns, "finish": self.finish,
                 "calls": sum(self.outcomes.values()), "outcomes": dict(self.outcomes), "non_string": self.non_string,
                 "truncated_results": self.truncated_results, "environment_retired": self.toolbox.retired,
-                "model_tokens": model, "env_tokens": len(self.mask) - model}
+                "model_tokens": model, "env_tokens": len(self.mask) - model,
+                "states": self.states if self.state_key is not None else None}
 
 
 def run_turns(engine: Engine, chat: ToolChat, episodes: list[Episode], group_size: int, params: SamplingParams,
@@ -92,6 +96,8 @@ def _generate(engine: Engine, running: list[Episode], n: int, params: SamplingPa
 def _take_turn(e: Episode, chat: ToolChat, tokens: list[int], truncated: bool, logprobs: list[float], budget: int,
                max_rounds: int | None) -> None:
     """Append a model turn (cut to the budget), then run its tool calls and append their messages, or end."""
+    if e.state_key is not None:
+        e.states.append(state_of(e.state_key))
     room, start = budget - len(e.ids), len(e.ids)
     ended = not truncated and len(tokens) <= room
     e.ids, e.mask, e.logprobs = e.ids + tokens[:room], e.mask + [1] * len(tokens[:room]), e.logprobs + logprobs[:room]
@@ -130,6 +136,15 @@ def _run_tools(e: Episode, chat: ToolChat, calls: list, room: int) -> tuple[list
     return [replace(r, content=text) for r, (text, _) in zip(results, fitted)], cut > 0
 
 
+def state_of(state_key: Callable[[], object]) -> str:
+    """An environment's state key as text (repr); one that raises gives the error's type instead, so a broken key
+    never stops an episode (its turns then share an anchor only with turns whose key broke the same way)."""
+    try:
+        return repr(state_key())
+    except Exception as e:  # noqa: BLE001 - an environment's own code
+        return f"<state_key raised {type(e).__name__}>"
+
+
 def greedy_episodes(model, tokenizer, agent, rows: list[dict], max_new_tokens: int, max_rounds: int | None = None,
                     template_kwargs: dict | None = None, max_batch: int = 256, engine: str = "hf") -> tuple[Rollout, list]:
     """One greedy episode per row (held-out evaluation of an agent): the Rollout and each episode's environment,
@@ -151,7 +166,8 @@ def sample_episodes(model, tokenizer, agent, rows: list[dict], max_new_tokens: i
     envs, episodes = agent.environments(names), []
     for env, name, row in zip(envs, names, [r for r in rows for _ in range(n)]):
         prompt = agent.reset(env, row)
-        episodes.append(Episode(prompt, chat.prompt_ids(prompt, agent.schemas[name]), agent.toolbox(env, name)))
+        episodes.append(Episode(prompt, chat.prompt_ids(prompt, agent.schemas[name]), agent.toolbox(env, name),
+                                state_key=getattr(env, "state_key", None)))
     generator = torch.Generator().manual_seed(seed) if temperature > 0 else None
     out = run_turns(get_engine(engine)(model, tokenizer, max_batch), chat, episodes, n,
                     SamplingParams(temperature, 1.0, 0, max_new_tokens), generator, max_rounds)

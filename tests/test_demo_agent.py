@@ -124,3 +124,31 @@ def test_every_split_of_the_demo_holds_every_family_of_the_test_and_their_counts
         assert set(counts) == test_families and max(counts.values()) - min(counts.values()) <= 1
         assert f"{name} tasks by family: " + ", ".join(f"{f} {k}" for f, k in counts.items()) in printed
     assert len({r["id"] for s in splits[:3] for r in s}) == sum(map(len, splits[:3]))  # no task twice
+
+
+def test_reward_funcs_named_in_grpo_config_reach_the_demos_trainer(tmp_path, monkeypatch):
+    """The trainer takes reward functions as an argument, not from its config: the demo passes them on, so
+    grpo_config='{reward_funcs: [...]}' is no silent no-op."""
+    import aha
+    from aha.config import DemoConfig
+    seen = {}
+
+    class Trainer:
+        def __init__(self, **kwargs):
+            seen.update(kwargs)
+
+        def train(self):
+            pass
+
+        def save_model(self):
+            return tmp_path
+
+    monkeypatch.setattr(aha, "GRPOTrainer", Trainer)
+    cfg = DemoConfig(variant="agent", grpo_config={"reward_funcs": ["episode_ended", "tool_errors"],
+                                                   "reward_weights": [0.2, 0.2], "balance_by": "family"})
+    rows = agent.tasks(DemoConfig(variant="agent", sft_examples=6, eval_problems=6))[2][:12]
+    agent.train_grpo(cfg, tmp_path, tmp_path, rows, rows[:2])
+    assert seen["reward_funcs"] == ["episode_ended", "tool_errors"] and seen["args"].balance_by == "family"
+    assert {r["family"] for r in seen["train_dataset"]} == set(FAMILIES)
+    agent.train_grpo(DemoConfig(variant="agent"), tmp_path, tmp_path, rows, rows[:2])
+    assert seen["reward_funcs"] is None  # the environment's reward alone

@@ -60,14 +60,13 @@ def demonstration(chat, schemas: list, row: dict) -> dict:
 
 def success(model, tokenizer, rows: list[dict], temperature: float = 0.0, n: int = 1, seed: int = 0) -> list[float]:
     """Each task's success: the share of its n episodes (one greedy one by default) whose final tree equals the
-    reference."""
-    from ..envs import Agent
-    from ..envs.filesystem import FilesystemEnv
-    from ..rollout.turns import sample_episodes
-    _, envs = sample_episodes(model, tokenizer, Agent(environment_factory=FilesystemEnv), rows, MAX_TOKENS,
-                              MAX_ROUNDS, temperature=temperature, n=n, seed=seed)
-    scores = [e.get_reward() for e in envs]
-    return [sum(scores[i * n:(i + 1) * n]) / n for i in range(len(rows))]
+    reference, measured as `aha eval task=filesystem` measures it (aha.eval.verdicts)."""
+    from ..eval import verdicts
+    from ..rollout import SamplingParams
+    from ..tasks import get_task
+    task = get_task("filesystem")
+    right = verdicts(model, tokenizer, task, rows, n, SamplingParams(temperature, 1.0, 0, MAX_TOKENS), seed=seed)
+    return [sum(v is True for v in right[i * n:(i + 1) * n]) / n for i in range(len(rows))]
 
 
 def run(cfg: DemoConfig) -> dict:
@@ -199,13 +198,14 @@ def grpo_args(cfg: DemoConfig, out: Path):
 
 
 def train_grpo(cfg: DemoConfig, out: Path, sft_dir: Path, train: list[dict], during: list[dict]) -> Path:
-    """GRPO with TRL's environment contract: FilesystemEnv's get_reward is the reward."""
+    """GRPO with TRL's environment contract: FilesystemEnv's get_reward is the reward, beside any reward_funcs
+    grpo_config names (aha.rewards: episode_ended, tool_errors, tool_efficiency, cut_as_failure, ...)."""
     from .. import GRPOTrainer
     from ..envs.filesystem import FilesystemEnv
     args = grpo_args(cfg, out)
     evaluate = lambda model, tok: {"accuracy": sum(success(model, tok, during)) / len(during)}  # noqa: E731
-    trainer = GRPOTrainer(model=str(sft_dir), args=args, train_dataset=[{k: r[k] for k in ("prompt", "fs", "id",
-                                                                                         "family")} for r in train],
+    trainer = GRPOTrainer(model=str(sft_dir), reward_funcs=list(args.reward_funcs) or None, args=args,
+                          train_dataset=[{k: r[k] for k in ("prompt", "fs", "id", "family")} for r in train],
                           environment_factory=FilesystemEnv, eval_fn=evaluate)
     trainer.train()
     return trainer.save_model()

@@ -185,6 +185,15 @@ def generate(model, tokenizer, task: Task, rows: list[dict], n: int, params, bat
                      [len(c) for c in out.completion_ids], episode_inputs(out), out.episodes)
 
 
+def verdicts(model, tokenizer, task: Task, rows: list[dict], n: int, params, batch_size: int = 256, seed: int = 0,
+             engine: str = "hf") -> list[bool | None]:
+    """The verdict on each of n completions per row (prompt-major; an agent task's: episodes), generated and scored
+    as `evaluate` does: True (right, for an agent task: succeeded), False, or None (undecided). For measurements
+    outside a full evaluation (a demo's or a benchmark's success per task)."""
+    drawn = generate(model, tokenizer, task, rows, n, params, batch_size, seed, engine=engine)
+    return _score(task, task.correct(), rows, drawn.texts, n, drawn.inputs)[0]
+
+
 def _sampled_metrics(task: Task, verifier, rows: list[dict], texts: list[str], records: list[dict], k: list[int],
                      n_samples: int, seed: int, episodes: dict | None = None) -> tuple[dict, list[bool | None]]:
     """pass@k and maj@k of n_samples completions per row (prompt-major), with their undecided counts, and the
@@ -263,7 +272,7 @@ def _greedy_summary(task: Task, verifier, tokenizer, rows: list[dict], greedy: G
                 "greedy_undecided": v is None, "greedy_len": n}
                for i, (r, p, g, c, v, n) in enumerate(zip(rows, sent, greedy.texts, ok, verdicts, greedy.lengths))]
     for rec, episode in zip(records, greedy.episodes or []):
-        rec.update({"messages": episode["messages"], "finish": episode["finish"]})
+        rec.update({k: episode[k] for k in ("messages", "finish", "calls", "outcomes")})
     return summary, records
 
 

@@ -222,12 +222,14 @@ SINKS = {"jsonl": lambda d, config, resume_step: JsonlLogger(d / "metrics.jsonl"
 
 def make_logger(report_to: list[str], run_dir: Path, resume_step: int | None = None,
                 config: dict | None = None) -> Logger:
-    """Sinks in `run_dir`; with `resume_step`, what was logged after that step is dropped first. `config`
-    (the effective run config) goes to the trackers that record one."""
+    """metrics.jsonl, always (the run's own record), and the sinks of `report_to` in `run_dir`; with `resume_step`,
+    what was logged after that step is dropped first. `config` (the effective run config) goes to the trackers that
+    record one."""
     unknown = [r for r in report_to if r not in SINKS and r != "none"]
     if unknown:
         raise ValueError(f"unknown report_to {unknown}; valid: {sorted(SINKS)} or none")
-    return MultiLogger([SINKS[r](Path(run_dir), config, resume_step) for r in report_to if r in SINKS])
+    names = ["jsonl"] + [r for r in dict.fromkeys(report_to) if r in SINKS and r != "jsonl"]
+    return MultiLogger([SINKS[r](Path(run_dir), config, resume_step) for r in names])
 
 
 def read_metrics(path: Path) -> list[dict]:

@@ -19,23 +19,27 @@ from pathlib import Path
 
 
 def greedy_without_tools(model, tok, rows: list[dict], max_new_tokens: int) -> list[float]:
-    """The base answering in one turn, no tools offered (the prompt asks for the number only)."""
-    from aha.data import encode_prompt
+    """The base answering in one turn, no tools offered (the prompt asks for the number only), scored as `aha eval`
+    scores a task."""
     from aha.envs.calculator import final_answer
-    from aha.rollout import HFEngine, SamplingParams
-    prompts = [[{"role": "user", "content": r["id"] + " Give the number."}] for r in rows]
-    out = HFEngine.for_model(model, tok).generate([encode_prompt(tok, p) for p in prompts], 1,
-                                                  SamplingParams(0.0, 1.0, 0, max_new_tokens))
-    texts = tok.batch_decode(out.completion_ids, skip_special_tokens=True)
-    return final_answer(texts, [r["answer"] for r in rows])
+    from aha.eval import verdicts
+    from aha.rollout import SamplingParams
+    from aha.tasks import Task
+    plain = [{**r, "prompt": [{"role": "user", "content": r["id"] + " Give the number."}]} for r in rows]
+    task = Task("calculator_no_tools", load=lambda *a, **k: plain, rewards=lambda: [final_answer],
+                correct=lambda: final_answer)
+    return [float(v is True) for v in verdicts(model, tok, task, plain, 1, SamplingParams(0.0, 1.0, 0, max_new_tokens))]
 
 
 def greedy_with_tools(model, tok, rows: list[dict], max_new_tokens: int, rounds: int) -> list[float]:
-    from aha.envs import Agent
-    from aha.envs.calculator import TOOLS, final_answer
-    from aha.rollout.turns import greedy_episodes
-    out, _ = greedy_episodes(model, tok, Agent(TOOLS), rows, max_new_tokens, rounds)
-    return final_answer([e["messages"] for e in out.episodes], [r["answer"] for r in rows])
+    """Greedy episodes with the calculator's tools: `aha eval task=calculator`'s path."""
+    import dataclasses
+
+    from aha.eval import verdicts
+    from aha.rollout import SamplingParams
+    from aha.tasks import get_task
+    task = dataclasses.replace(get_task("calculator"), max_tool_calling_iterations=rounds)
+    return [float(v is True) for v in verdicts(model, tok, task, rows, 1, SamplingParams(0.0, 1.0, 0, max_new_tokens))]
 
 
 def used_a_tool(completions, **kwargs) -> list[float]:

@@ -25,17 +25,16 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    from aha.demo.agent import MAX_ROUNDS, MAX_TOKENS, mean_of
-    from aha.envs import Agent
-    from aha.envs.filesystem import FilesystemEnv, make_tasks
+    from aha.demo.agent import MAX_TOKENS, mean_of
+    from aha.envs.filesystem import make_tasks
+    from aha.eval import evaluate
     from aha.models import load_model, load_tokenizer
-    from aha.rollout.turns import greedy_episodes
+    from aha.tasks import get_task
     test, res = make_tasks("test", a.tasks, a.seed), {}
     for name in ("sft", "grpo"):
         d = f"{a.run}/{name}/model"
-        out, envs = greedy_episodes(load_model(d), load_tokenizer(d), Agent(environment_factory=FilesystemEnv), test,
-                                    MAX_TOKENS, MAX_ROUNDS)
-        res[name] = (out.episodes, [e.get_reward() for e in envs])
+        _, records = evaluate(load_model(d), load_tokenizer(d), get_task("filesystem"), test, max_new_tokens=MAX_TOKENS)
+        res[name] = (records, [float(r["greedy_correct"]) for r in records])  # aha eval's greedy episodes
         eps, won = res[name]
         families = [t["family"] for t in test]
         outcomes = sum((collections.Counter(e["outcomes"]) for e in eps), collections.Counter())

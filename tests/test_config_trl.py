@@ -3,7 +3,7 @@
 import pytest
 
 from aha.config import ConfigError, GRPOConfig, SFTConfig, parse_args
-from aha.config.trl import UNSUPPORTED
+from aha.config.trl import NO_EFFECT, TRL_FIELDS, TRL_VERSION, UNSUPPORTED, decide
 
 
 @pytest.mark.parametrize("value, estimator", [("group", "grpo"), (True, "grpo"), ("batch", "batch_rewards"),
@@ -31,8 +31,8 @@ def test_log_completions_and_eval_strategy():
         GRPOConfig(eval_strategy="epoch")
 
 
-@pytest.mark.parametrize("key", ["use_vllm", "vllm_mode", "max_prompt_length", "steps_per_generation",
-                                 "min_p", "repetition_penalty"])
+@pytest.mark.parametrize("key", ["use_vllm", "max_prompt_length", "steps_per_generation",
+                                 "min_p", "repetition_penalty", "torch_compile", "save_only_model"])
 def test_unsupported_trl_fields_say_so_and_what_to_use(key):
     with pytest.raises(ConfigError, match=rf"'{key}' is a TRL GRPOConfig field aha does not support: \w"):
         GRPOConfig(**{key: 2})
@@ -150,3 +150,84 @@ def test_a_model_object_gets_gradient_checkpointing_as_a_path_does(tiny_dir, tmp
                     train_dataset=[{"prompt": f"{a}+{a}="} for a in range(10)])
     assert on(t.model)
 
+
+
+# ---- every field of TRL's GRPOConfig, read from the installed TRL --------------------------------------------
+
+def _trl_fields():
+    trl = pytest.importorskip("trl")
+    import dataclasses
+    from transformers import TrainingArguments
+    assert trl.__version__ == TRL_VERSION, "aha.config.trl decides the fields of the pinned TRL (pyproject: test)"
+    inherited = {f.name for f in dataclasses.fields(TrainingArguments)}
+    every = {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+             for f in dataclasses.fields(trl.GRPOConfig)}
+    return every, [n for n in every if n not in inherited]
+
+
+def test_every_trl_field_is_taken_or_refused_with_a_reason():
+    """A field a new TRL adds fails here until aha decides on it (aha.config.trl)."""
+    import dataclasses
+    every, own = _trl_fields()
+    assert tuple(own) == TRL_FIELDS
+    ours = {f.name for f in dataclasses.fields(GRPOConfig)}
+    undecided = [name for name in every if decide(name, ours) is None]
+    assert not undecided, undecided
+    for name, default in every.items():  # at TRL's default: taken, or refused naming the field and why
+        try:
+            GRPOConfig(**{name: default})
+        except ConfigError as e:
+            assert f"'{name}' is a TRL GRPOConfig field aha does not support: " in str(e), (name, str(e))
+            assert decide(name, ours)[0] == "refused"
+
+
+def test_a_config_of_trl_defaults_reports_every_refused_field_at_once():
+    every, _ = _trl_fields()
+    with pytest.raises(ConfigError) as e:
+        GRPOConfig(**every)
+    refused = [n for n, v in every.items() if _refused(n, v)]
+    assert str(e.value).startswith(f"{len(refused)} config keys are not taken:")
+    assert all(f"'{n}' is a TRL GRPOConfig field" in str(e.value) for n in refused)
+
+
+def _refused(name, value):
+    try:
+        GRPOConfig(**{name: value})
+    except ConfigError:
+        return True
+    return False
+
+
+def test_refusals_and_unknown_keys_are_reported_together():
+    with pytest.raises(ConfigError) as e:
+        GRPOConfig(max_prompt_length=512, tf32=True, learning_rat=1e-3)
+    text = str(e.value)
+    assert text.startswith("3 config keys are not taken:")
+    assert "'max_prompt_length' is a TRL GRPOConfig field aha does not support: prompts are never cut" in text
+    assert "remove it" in text and "torch.backends.cuda.matmul.allow_tf32" in text
+    assert "unknown config key 'learning_rat' for GRPOConfig; did you mean 'learning_rate'?" in text
+    with pytest.raises(ConfigError, match=r"^2 config keys are not taken:\n  'tf32'"):
+        parse_args(GRPOConfig, ["tf32=true", "save_strategy=no"])
+
+
+def test_training_arguments_a_trl_script_inherits():
+    assert GRPOConfig(disable_tqdm=True).progress_bar is False
+    assert GRPOConfig(disable_tqdm=None).progress_bar is True
+    assert GRPOConfig(logging_first_step=True).logging_first_step is True
+    taken = dict(dataloader_num_workers=4, torch_compile=False, save_only_model=False, tf32=None, log_level="passive",
+                 gradient_checkpointing_kwargs={"use_reentrant": False}, dataloader_pin_memory=True, do_train=True)
+    assert GRPOConfig(**taken) == GRPOConfig()
+    for key in taken:
+        assert key in NO_EFFECT or key in UNSUPPORTED
+    # TRL's placeholders: output_dir None and eval_steps None are aha's defaults, max_steps -1 derives the steps
+    # from the epochs, save_total_limit None keeps every checkpoint
+    assert GRPOConfig(output_dir=None, eval_steps=None, bf16=None) == GRPOConfig()
+    assert GRPOConfig(max_steps=-1, num_train_epochs=2.0).max_steps == 0
+    assert GRPOConfig(save_total_limit=None).save_total_limit == 0
+    assert GRPOConfig(num_completions_to_print=None).num_completions_to_print is None
+
+
+def test_vllm_settings_are_inert_without_use_vllm():
+    assert GRPOConfig(vllm_mode="server", vllm_gpu_memory_utilization=0.5) == GRPOConfig()
+    with pytest.raises(ConfigError, match=r"^2 config keys are not taken:\n  'use_vllm'.*\n  'vllm_mode'"):
+        GRPOConfig(use_vllm=True, vllm_mode="server")

@@ -149,3 +149,37 @@ def test_config_classes_live_in_aha_config():
                 raise AssertionError(f"{name} defines {node.name}; configs belong in aha/config/schema.py")
     from aha import config
     assert all(dataclasses.is_dataclass(getattr(config, c)) for c in config.__all__ if c.endswith("Config"))
+
+
+AGENT_BENCHMARKS = sorted((ROOT.parent / "benchmarks").glob("agent_*.py"))
+"""Benchmarks that measure a model, not the engine: they sample as evaluation does."""
+
+
+def _engine_constructions(tree: ast.Module, classes: set[str]) -> list[int]:
+    """Lines that build an engine directly: a call of an engine class (`HFEngine(...)`) or of a `for_model`
+    constructor (`HFEngine.for_model(...)`)."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+            if name in classes or name == "for_model":
+                lines.append(node.lineno)
+    return lines
+
+
+def test_engines_are_built_through_the_registry_outside_the_rollout_room():
+    """One path samples: outside aha/rollout/ (and in the agent benchmarks) an engine comes from
+    aha.rollout.get_engine(name), so every stage samples with the engine the run names."""
+    from aha.rollout import ENGINES
+    classes = {spec.rpartition(":")[2] for spec in ENGINES.values()}
+    trees = {name: tree for name, tree in _modules().items() if not name.startswith("aha.rollout")}
+    trees.update({f"benchmarks/{p.name}": ast.parse(p.read_text()) for p in AGENT_BENCHMARKS})
+    found = {name: lines for name, tree in trees.items() if (lines := _engine_constructions(tree, classes))}
+    assert not found, f"engines built outside the registry (module: lines): {found}"
+
+
+def test_the_engine_check_finds_a_direct_construction():
+    tree = ast.parse("from aha.rollout import HFEngine\nengine = HFEngine.for_model(m, t)\nother = hf.HFEngine(m, [], 0)")
+    assert _engine_constructions(tree, {"HFEngine"}) == [2, 3]
+    assert _engine_constructions(ast.parse("engine = get_engine('hf')(m, t, 8)"), {"HFEngine"}) == []

@@ -263,10 +263,23 @@ def test_real_conversion_reloads_with_plain_transformers(tmp_path, monkeypatch):
     assert torch.isfinite(logits).all()
 
 
-def test_an_uncached_hub_id_offline_names_the_offline_copy(hub_cache, monkeypatch):
+def test_an_uncached_hub_id_offline_names_the_offline_copy(hub_cache, monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("AHA_CACHE", str(tmp_path / "aha"))  # no copy made yet
     with pytest.raises(ValueError, match=r"HF_HUB_OFFLINE is set; its offline copy is 'smollm2-135m-instruct'"):
         zoo.resolve_model("HuggingFaceTB/SmolLM2-135M-Instruct")
+
+
+def test_a_known_hub_id_resolves_to_the_offline_copy_once_made(hub_cache, monkeypatch, tmp_path):
+    """After `aha models get smollm2-135m-instruct`, TRL's model id loads that copy, with no hub round trip."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("AHA_CACHE", str(tmp_path / "aha"))
+    copy = tmp_path / "aha" / "models" / "smollm2-135m-instruct"
+    copy.mkdir(parents=True)
+    (copy / "config.json").write_text("{}")
+    (copy / zoo.MARKER).write_text("{}")  # what get_model writes last
+    assert zoo.resolve_model("HuggingFaceTB/SmolLM2-135M-Instruct") == str(copy)
+    assert zoo.resolve_model("huggingfacetb/smollm2-135m-instruct") == str(copy)
 
 
 def test_an_uncached_hub_id_online_is_downloaded_or_the_failure_named(hub_cache, monkeypatch):

@@ -104,10 +104,19 @@ def did_you_mean(key: str, names) -> str:
     return f"; did you mean '{close[0]}'?" if close else ""
 
 
-def _check_key(cls, key: str) -> None:
+def _unknown_keys(cls, keys) -> list[str]:
+    """One message per key that is not a field of `cls`, with the closest field name."""
     names = [f.name for f in dataclasses.fields(cls)]
-    if key not in names:
-        raise ConfigError(f"unknown config key '{key}' for {cls.__name__}{did_you_mean(key, names)}")
+    return [f"unknown config key '{key}' for {cls.__name__}{did_you_mean(key, names)}" for key in keys
+            if key not in names]
+
+
+def report(problems: list[str]) -> None:
+    """Raise one ConfigError for every problem found in a config (none: nothing)."""
+    if len(problems) == 1:
+        raise ConfigError(problems[0])
+    if problems:
+        raise ConfigError(f"{len(problems)} config keys are not taken:\n  " + "\n  ".join(problems))
 
 
 def checked(cls):
@@ -122,9 +131,8 @@ def checked(cls):
     @functools.wraps(init)
     def __init__(self, *args, **kwargs):
         hints = typing.get_type_hints(type(self))
-        kwargs = translate(kwargs, {f.name for f in dataclasses.fields(type(self))})  # TRL's names
-        for key in kwargs:
-            _check_key(type(self), key)
+        kwargs, refused = translate(kwargs, {f.name for f in dataclasses.fields(type(self))})  # TRL's names
+        report(refused + _unknown_keys(type(self), kwargs))
         init(self, *args, **{k: _coerce(k, v, hints[k]) for k, v in kwargs.items()})
 
     cls.__init__ = __init__

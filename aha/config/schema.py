@@ -111,11 +111,14 @@ class TrainConfig:
     seed: int = 42
     """Seed for data order, sampling and initialisation."""
     logging_steps: int = 1
-    """Write metrics every this many steps."""
+    """Write metrics every this many steps (and at the last step)."""
+    logging_first_step: bool = False
+    """Write the first step's metrics too, whatever logging_steps (transformers' name)."""
     report_to: list[Literal["jsonl", "tensorboard", "wandb", "trackio", "none"]] = field(
         default_factory=lambda: ["jsonl", "tensorboard"])
-    """Metric sinks: jsonl, tensorboard (both in output_dir), wandb, trackio (optional packages; GRPO's
-    completion groups go to them as tables)."""
+    """Metric sinks beside metrics.jsonl, which every run writes (it is the run's own record, read by the dashboard
+    and resume): tensorboard (in output_dir), wandb, trackio (optional packages; GRPO's completion groups go to them
+    as tables); none: no other sink."""
     run_name: Optional[str] = None
     """Name of the run in wandb and trackio (default: the output_dir's name)."""
     logging_dir: Optional[str] = None
@@ -276,9 +279,9 @@ class GRPOConfig(TrainConfig):
     or learner_sharding=fsdp. null: decided on the run's first batch, on if its prompt tokens are at least twice
     its completion tokens (where those two allow it); logged, and recorded each step as perf/share_prompts."""
     log_completions_steps: int = 10
-    """Log sample completions with their rewards every this many steps (0: never)."""
-    num_completions_to_print: int = 2
-    """How many completions to print when logging them."""
+    """Log sample completions with their rewards every this many steps and at the last step (0: never)."""
+    num_completions_to_print: Optional[int] = 2
+    """How many completions to print when logging them (None: all, as TRL's)."""
     engine: str = "hf"
     """Generation engine by name (aha.rollout.engines.ENGINES): hf, the in-process KV-cached engine."""
     generation_max_batch: int = 512
@@ -335,7 +338,7 @@ class GRPOConfig(TrainConfig):
     """A completion is correct when correct_reward gives at least this."""
     log_groups_steps: int = 10
     """Write whole groups with per-token log-prob, ratio, clip, KL and loss share to groups.jsonl every this
-    many steps (0: never)."""
+    many steps and at the last step (0: never)."""
     log_groups_max: int = 2
     """Most groups written per logged step (the first ones of the batch)."""
     log_groups_max_mb: float = 50.0
@@ -424,7 +427,7 @@ class GRPOConfig(TrainConfig):
             "max_tokens_per_micro_batch": (lambda v: v is None or v >= 0,
                                            ">= 0 (0: per_device_train_batch_size sequences) or null (aha chooses)"),
             "log_completions_steps": (non_negative, ">= 0"),
-            "num_completions_to_print": (non_negative, ">= 0"),
+            "num_completions_to_print": (lambda v: v is None or v >= 0, ">= 0 or null (all)"),
             "reward_timeout": (positive, "> 0 seconds"),
             "reward_fail_steps": (non_negative, ">= 0 (0: never stop)"),
             "num_train_epochs": (lambda v: v is None or v > 0, "> 0 or null"),

@@ -129,7 +129,8 @@ HUB_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktok
 
 def resolve_model(name_or_path: str) -> str:
     """A loadable location: a known short name (converted on first use), an existing model directory, a hub
-    id in the local Hugging Face cache, or a hub id downloaded now (unless HF_HUB_OFFLINE is set).
+    id in the local Hugging Face cache, the offline copy of a known model's hub id once `aha models get` made it, or
+    a hub id downloaded now (unless HF_HUB_OFFLINE is set).
 
     >>> resolve_model("smollm2-135m-instruct")  # doctest: +SKIP
     '/root/.cache/aha/models/smollm2-135m-instruct'
@@ -146,6 +147,10 @@ def resolve_model(name_or_path: str) -> str:
     if _in_hub_cache(name_or_path):
         return name_or_path
     twin = [name for name, m in KNOWN_MODELS.items() if m.upstream.lower() == name_or_path.lower()]
+    if twin and is_complete(models_dir() / twin[0]):  # `aha models get` made it: no hub round trip
+        log.warning("%s is not in the Hugging Face cache: using its offline copy %s (%s)", name_or_path,
+                    models_dir() / twin[0], KNOWN_MODELS[twin[0]].note)
+        return str(models_dir() / twin[0])
     alternatives = (f"its offline copy is '{twin[0]}'; " if twin else "") + (
         f"offline alternatives: a local model directory, or a known short name ({', '.join(sorted(KNOWN_MODELS))}, "
         "`aha models get NAME`)")

@@ -154,7 +154,7 @@ class GRPOTrainer(Trainer):
         self.last_batch: GRPOBatch | None = None
         """The latest step's rollouts, for logging completions."""
         self.recorder = GroupRecorder(self.run_dir, args.log_groups_steps, args.log_groups_max,
-                                      args.log_groups_max_mb, args.num_generations)
+                                      args.log_groups_max_mb, args.num_generations, last_step=self._max_steps)
         self.learner.recorder = self.recorder  # groups.jsonl takes the update's own per-token values
         self.rollouts, self.updates = self.experience, self.learner
         """Where the step's batch comes from and where it is trained: this process's experience box and learner,
@@ -367,7 +367,7 @@ class GRPOTrainer(Trainer):
         n, b = self.args.log_completions_steps, self.last_batch
         if b is not None:
             self.recorder.write(self.step_count, b, self.tokenizer, [reward_name(f) for f in self.reward_funcs])
-        if not n or self.step_count % n or b is None:
+        if not n or b is None or self.step_count % n and self.step_count != self.max_steps:  # the last step too
             return
         names, prompts, G = [reward_name(f) for f in self.reward_funcs], b.prompts, self.args.num_generations
         nan_to_none = lambda v: None if v != v else float(v)  # noqa: E731
@@ -377,5 +377,6 @@ class GRPOTrainer(Trainer):
                  "reward": nan_to_none(b.rewards[i]), "advantage": float(b.advantages[i])} for i in range(len(b.texts))]
         append_jsonl(self.run_dir / COMPLETIONS_LOG, rows)
         self.logger.log_table(self.step_count, "completions", rows)
-        for i in range(min(self.args.num_completions_to_print, len(b.texts))):
+        shown = self.args.num_completions_to_print
+        for i in range(len(b.texts) if shown is None else min(shown, len(b.texts))):
             bar.write(f"[step {self.step_count}] reward={float(b.rewards[i]):.3f} | {b.texts[i][:200]!r}")

@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -23,7 +24,7 @@ from ..data.sampler import PromptSampler, StreamSampler
 from ..metrics import append_jsonl, keep_steps_through, make_logger
 from ..models import interpolate_weights, save_model, weight_snapshot
 from ..models.load import autocast, seed_everything
-from .callbacks import Callbacks
+from .callbacks import Callbacks, TrainOutput, format_metrics, save_metrics
 from .checkpoint import (MARKER, REFERENCE, CorruptCheckpointError, checkpoint_info, list_checkpoints, load_checkpoint,
                          save_checkpoint)
 from .rundir import check_fresh, check_inputs, check_writable, files_beside, lock_run_dir, mark_run
@@ -151,8 +152,9 @@ class Trainer(abc.ABC):
     def after_step(self, metrics: dict[str, float], bar) -> None:
         """Hook for per-step extras (GRPO logs sample completions here)."""
 
-    def train(self, resume_from_checkpoint: str | bool | None = None) -> dict[str, float]:
-        """Run to `max_steps`; resume from a checkpoint dir, or True for the latest in output_dir.
+    def train(self, resume_from_checkpoint: str | bool | None = None) -> TrainOutput:
+        """Run to `max_steps`; resume from a checkpoint dir, or True for the latest in output_dir. Returns the last
+        step's metrics (a dict) with transformers' `global_step`, `training_loss` and `metrics` beside them.
 
         SIGINT/SIGTERM finish the current step, write a checkpoint and raise Preempted (a
         SystemExit with code 128 + signal); a second signal raises it at once.
@@ -165,15 +167,17 @@ class Trainer(abc.ABC):
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
 
-    def _train(self, resume_from_checkpoint: str | bool | None) -> dict[str, float]:
+    def _train(self, resume_from_checkpoint: str | bool | None) -> TrainOutput:
         from tqdm.auto import tqdm
         logger = self._start(resume_from_checkpoint)
         bar = tqdm(total=self.max_steps, initial=self.step_count, desc=type(self).__name__,
                    disable=not self.args.progress_bar, dynamic_ncols=True)
         metrics: dict[str, float] = {}
+        began, first, losses = time.perf_counter(), self.step_count, []
         try:
             while self.step_count < self.max_steps:
                 metrics = self._one_step(logger, bar)
+                losses.append(metrics.get("loss"))
                 last = self.step_count == self.max_steps or self.callbacks.should_stop
                 if self._stop_signal is not None and not last:
                     self._stop()
@@ -186,8 +190,10 @@ class Trainer(abc.ABC):
             logger.close()
         if self.saved_step != self.step_count:
             self._save()
+        out = TrainOutput(metrics, self.step_count, losses, time.perf_counter() - began, self.step_count - first)
+        self.callbacks.state.log_history.append({**out.metrics, "step": self.step_count})  # as transformers ends
         self.callbacks.fire("on_train_end", self.step_count, self.model)
-        return metrics
+        return out
 
     def _start(self, resume_from_checkpoint: str | bool | None):
         """Check the run directory, save the config, resume, open the loggers, evaluate step 0."""
@@ -230,7 +236,7 @@ class Trainer(abc.ABC):
         last = self.step_count == self.max_steps
         if self.eval_fn and a.eval_steps and (self.step_count % a.eval_steps == 0 or last):
             metrics.update(self._evaluate())
-        if self.step_count % a.logging_steps == 0 or last:
+        if self.step_count % a.logging_steps == 0 or last or (a.logging_first_step and self.step_count == 1):
             logger.log(self.step_count, metrics)
             self.callbacks.fire("on_log", self.step_count, self.model, logs=metrics)
         self.after_step(metrics, bar)
@@ -241,6 +247,33 @@ class Trainer(abc.ABC):
                          if k in metrics}, refresh=False)
         bar.update(1)
         return metrics
+
+    # ------------------------------------------------------------------ transformers' Trainer methods
+    @property
+    def state(self):
+        """transformers' TrainerState: global_step, max_steps and log_history (every logged step's metrics, then
+        train()'s summary, as transformers'); a fresh one before train()."""
+        if getattr(self, "callbacks", None) is None:
+            from transformers import TrainerState
+            return TrainerState(max_steps=self.max_steps, global_step=self.step_count)
+        return self.callbacks.state
+
+    @property
+    def processing_class(self):
+        """The tokenizer (transformers' name)."""
+        return self.tokenizer
+
+    def log_metrics(self, split: str, metrics: dict) -> None:
+        """Print `metrics` as transformers' Trainer.log_metrics does."""
+        print(format_metrics(split, metrics))
+
+    def save_metrics(self, split: str, metrics: dict, combined: bool = True) -> None:
+        """`{split}_results.json` (and all_results.json) in output_dir, as transformers' Trainer.save_metrics."""
+        save_metrics(self.run_dir, split, metrics, combined)
+
+    def save_state(self) -> None:
+        """trainer_state.json in output_dir (transformers' TrainerState, with its log_history)."""
+        self.state.save_to_json(str(self.run_dir / "trainer_state.json"))
 
     def _evaluate(self) -> dict[str, float]:
         metrics = {f"eval/{k}": v for k, v in self.eval_fn(self.model, self.tokenizer).items()}

@@ -56,8 +56,11 @@ def loss_terms(loss_tok: Tensor, aggregate: Callable[[Tensor], Tensor]) -> Tenso
 class GroupRecorder:
     """Captures per-token tensors of the sequences of logged groups during the update; writes them after."""
 
-    def __init__(self, run_dir: Path, every: int, max_groups: int, max_mb: float, group_size: int):
+    def __init__(self, run_dir: Path, every: int, max_groups: int, max_mb: float, group_size: int,
+                 last_step: int = 0):
         self.path, self.every, self.max_groups = Path(run_dir) / GROUPS_LOG, every, max_groups
+        self.last_step = last_step
+        """The run's last step, logged too (with `every` > 0), so that a run shorter than `every` has groups."""
         self.max_bytes, self.G = int(max_mb * BYTES_PER_MB), group_size
         self.tokens: dict[int, dict] = {}
         """Sequence index in the batch -> its per-token values."""
@@ -65,7 +68,7 @@ class GroupRecorder:
 
     def wants(self, step: int) -> bool:
         """Whether step `step` (1-based) is logged."""
-        return bool(self.every) and step % self.every == 0 and not self.full
+        return bool(self.every) and (step % self.every == 0 or step == self.last_step) and not self.full
 
     def capture(self, ids: list[int], lengths: list[int], logp: Tensor, loss_tok: Tensor, clip: dict[str, Tensor],
                 kl: Tensor | None, mask: Tensor, aggregate: Callable[[Tensor], Tensor]) -> None:

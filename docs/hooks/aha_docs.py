@@ -4,7 +4,9 @@ the code at build time, so they cannot drift from it.
 - configuration.md: `<!-- aha:config-fields -->` becomes one table per config dataclass of aha.config.schema,
   every field with its type, default and docstring (what `aha train --help` prints).
 - from-trl.md: `<!-- aha:trl-unsupported -->` becomes the table of TRL fields aha refuses and what to use instead
-  (aha.config.trl.UNSUPPORTED), and `<!-- aha:trl-aliases -->` the TRL names it translates (aha.config.trl.ALIASES).
+  (aha.config.trl.UNSUPPORTED), `<!-- aha:trl-aliases -->` the TRL names it translates (aha.config.trl.ALIASES),
+  `<!-- aha:trl-fields -->` every own field of TRL's GRPOConfig with aha's decision (aha.config.trl.decide) and
+  `<!-- aha:trl-no-effect -->` the fields taken that change nothing (aha.config.trl.NO_EFFECT).
 - api/: one page per room of aha (a top-level module or package), `::: module` for it and each of its modules,
   found by walking aha/ when the site is built: a new module appears in the reference by itself.
 - benchmarks.md and changelog.md: the repository's BENCHMARKS.md and CHANGELOG.md, with the files they link to.
@@ -157,7 +159,26 @@ def trl_unsupported() -> str:
     for name, why in UNSUPPORTED.items():
         taken = ", ".join(f"`{json.dumps(v)}`" for v in ALREADY.get(name, ()))
         lines.append(f"| `{name}` | {_escape(why)} | {taken or '–'} |")
-    lines.append("| every `vllm_*` | " + _escape(UNSUPPORTED["use_vllm"]) + " | – |")
+    lines.append("| every `vllm_*` with `use_vllm=true` | " + _escape(UNSUPPORTED["use_vllm"]) + " | – |")
+    return "\n".join(lines)
+
+
+def trl_fields() -> str:
+    """Every own field of the pinned TRL's GRPOConfig and what aha does with it (aha.config.trl.decide)."""
+    from aha.config import GRPOConfig
+    from aha.config.trl import TRL_FIELDS, TRL_VERSION, decide
+    ours = {f.name for f in dataclasses.fields(GRPOConfig)}
+    lines = [f"| TRL {TRL_VERSION} `GRPOConfig` field | aha | how, or why not |", "|---|---|---|"]
+    for name in TRL_FIELDS:
+        kind, why = decide(name, ours) or ("undecided", "")
+        lines.append(f"| `{name}` | {kind} | {_escape(why)} |")
+    return "\n".join(lines)
+
+
+def trl_no_effect() -> str:
+    from aha.config.trl import NO_EFFECT
+    lines = ["| field | why nothing changes |", "|---|---|"]
+    lines += [f"| `{name}` | {_escape(why)} |" for name, why in NO_EFFECT.items()]
     return "\n".join(lines)
 
 
@@ -170,7 +191,8 @@ def trl_aliases() -> str:
 
 
 MARKERS = {"<!-- aha:config-fields -->": config_fields, "<!-- aha:trl-unsupported -->": trl_unsupported,
-           "<!-- aha:trl-aliases -->": trl_aliases}
+           "<!-- aha:trl-aliases -->": trl_aliases, "<!-- aha:trl-fields -->": trl_fields,
+           "<!-- aha:trl-no-effect -->": trl_no_effect}
 
 
 # ---- pages from the repository --------------------------------------------------------------------------------

@@ -21,7 +21,8 @@ RESUMABLE = frozenset({
     # how long it trains (the learning-rate schedule stretches or shrinks to the new length from the current step)
     "max_steps", "num_train_epochs",
     # how often and where it logs, evaluates and saves; how it is started
-    "logging_steps", "eval_steps", "save_steps", "save_total_limit", "save_merged", "report_to", "run_name",
+    "logging_steps", "logging_first_step", "eval_steps", "save_steps", "save_total_limit", "save_merged", "report_to",
+    "run_name",
     "logging_dir", "progress_bar", "log_completions_steps", "num_completions_to_print", "log_groups_steps",
     "log_groups_max", "log_groups_max_mb", "push_to_hub", "hub_model_id", "dashboard", "dashboard_port",
     "output_dir", "resume", "overwrite_output_dir",

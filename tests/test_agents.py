@@ -358,11 +358,13 @@ def test_a_tokenizer_with_its_own_response_template_is_parsed_by_transformers(to
 
 
 def test_step_rewards_on_episodes_are_refused_by_name(tiny_dir, tmp_path):
-    """Step rewards are offsets into a single completion's text: on multi-turn episodes, an error that says so."""
+    """(end, score) step rewards are offsets into a single completion's text: on multi-turn episodes, an error that
+    says so and what to give instead (one score per model turn: tests/test_turn_rewards.py)."""
     def steps_per_turn(completions, **kwargs):
         return [[(1, 1.0)] for _ in completions]
 
     t = GRPOTrainer(model=tiny_dir, reward_funcs=[steps_per_turn], train_dataset=CHAT_ROWS,
                     environment_factory=CounterEnv, engine_factory=ScriptedAgentEngine, args=args(tmp_path))
-    with pytest.raises(ValueError, match=r"step rewards \(\(end, score\) pairs\) on multi-turn episodes"):
+    with pytest.raises(ValueError, match=r"step rewards as \(end, score\) pairs on multi-turn episodes.*one score "
+                                         r"per model turn"):
         t.train()

@@ -65,3 +65,19 @@ def test_balance_by_is_refused_for_a_streaming_dataset(tiny_dir, tmp_path):
     with pytest.raises(ValueError, match="balance_by='family' needs a dataset of known rows"):
         GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], args=_args(tmp_path, balance_by="family"),
                     train_dataset=stream)
+
+
+def test_a_resumed_run_draws_on_from_the_balanced_position(tiny_dir, tmp_path):
+    rows = [{"prompt": f"{i}+1=", "family": "common"} for i in range(40)] + [{"prompt": "7*7=", "family": "rare"}]
+    whole = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], train_dataset=rows,
+                        args=_args(tmp_path / "whole", balance_by="family", max_steps=3))
+    whole.train()
+    first = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], train_dataset=rows,
+                        args=_args(tmp_path / "split", balance_by="family", max_steps=2, save_steps=2))
+    first.train()
+    resumed = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], train_dataset=rows,
+                          args=_args(tmp_path / "split", balance_by="family", max_steps=3, resume=True))
+    resumed.train()
+    assert isinstance(resumed.sampler, BalancedSampler)
+    assert resumed.sampler.state() == whole.sampler.state() == {"index": 9, "n": 41, "balance_by": "family",
+                                                                 "values": 2}

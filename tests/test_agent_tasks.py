@@ -175,3 +175,31 @@ def test_the_agent_recipe_runs_end_to_end_with_smoke_settings(agent_tiny, tmp_pa
     assert [r["stage"] for r in summary["stages"]] == ["cold_start", "grpo1", "rejection_sampling", "rs_sft", "grpo2"]
     assert all("accuracy_ci95" in r["eval"] for r in summary["stages"] if r["type"] != "sample")
     assert summary["stages"][2]["result"]["rows_kept"] > 0
+
+
+def test_the_documented_environment_of_ones_own_registers_as_a_task(tmp_path, monkeypatch):
+    """docs/agents.md's "your own environment as a task" file, as written there: importing it registers a task that
+    every stage resolves by name."""
+    import importlib
+    from pathlib import Path
+
+    import aha.tasks
+    import aha.tasks.base
+    page = (Path(__file__).parents[1] / "docs" / "agents.md").read_text()
+    section = page.split("### Your own environment as a task", 1)[1]
+    code = section.split("```python\n", 1)[1].split("\n```", 1)[0]
+    (tmp_path / "counter_task.py").write_text(code)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry = dict(aha.tasks.TASKS)  # the task registers in a copy, gone after the test
+    monkeypatch.setattr(aha.tasks.base, "TASKS", registry)
+    monkeypatch.setattr(aha.tasks, "TASKS", registry)
+    module = importlib.import_module("counter_task")
+    task = get_task("counter")
+    train, test = task.load("train"), task.load("test")
+    assert task.is_agent and train and test and not {r["id"] for r in train} & {r["id"] for r in test}
+    assert [s["function"]["name"] for s in task.agent().schemas[None]] == ["increment"]
+    env = module.CounterEnv()
+    env.reset(**test[0])
+    while env.count < env.target:
+        env.increment(min(3, env.target - env.count))
+    assert task.correct()(environments=[env]) == [1.0]

@@ -116,3 +116,10 @@ def test_filesystem_families_take_turns_and_a_used_up_family_is_named():
     assert len({r["id"] for r in rows}) == 60
     with pytest.raises(ValueError, match="family mkdir ran out of distinct test tasks"):
         fs_tasks("test", 2000, seed=0, families=("mkdir",))
+
+
+def test_a_self_sampling_filesystem_reset_draws_every_family():
+    import random
+    random.seed(0)
+    openings = {FilesystemEnv().reset().split()[0] for _ in range(40)}
+    assert openings == {"Move", "Delete", "Create", "Rename", "Copy", "Make"}

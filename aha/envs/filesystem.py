@@ -108,9 +108,11 @@ class FilesystemEnv:
     """TRL's environment contract over a FileTree (see the module doc)."""
 
     def reset(self, fs: dict | None = None, **kwargs) -> str | None:
-        task = fs if fs is not None else make_tasks("train", 1, random.randrange(2**31))[0]["fs"]
-        self.tree, self.goal = FileTree(**task["start"]), FileTree(**task["goal"])
-        return None if fs is not None else task["instruction"]
+        drawn = fs is None
+        if drawn:  # self-sampling: a train task of a family drawn at random
+            fs = make_tasks("train", 1, random.randrange(2**31), (random.choice(list(FAMILIES)),))[0]["fs"]
+        self.tree, self.goal = FileTree(**fs["start"]), FileTree(**fs["goal"])
+        return fs["instruction"] if drawn else None
 
     def get_reward(self) -> float:
         return float(self.tree.state() == self.goal.state())

@@ -1,8 +1,8 @@
 """aha: GRPO on verifiable rewards for Hugging Face causal LMs, with a TRL-style API."""
 
+from ._version import __version__  # noqa: F401  (its own module: what records it imports no trainer)
 from .config import GRPOConfig, SFTConfig
 
-__version__ = "0.1.0"
 __all__ = ["GRPOConfig", "GRPOTrainer", "SFTConfig", "SFTTrainer"]
 
 

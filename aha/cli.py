@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     from .config import ConfigError
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] in (["--version"], ["-V"]):
-        from . import __version__
+        from ._version import __version__
         print(f"aha {__version__}")
         return 0
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from .. import __version__
+from .._version import __version__
 from ..fileio import DiskFullError, atomic_write, fsync_dir, remove_directory
 
 log = logging.getLogger("aha.train")

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from aha.config import ConfigError, GRPOConfig
-from aha.train.batch import GRPOBatch
+from aha.batch import GRPOBatch
 from aha.train.grpo import GRPOTrainer
 from scripted import PARITY_CASES as CASES
 from scripted import ScriptedEngine

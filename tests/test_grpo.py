@@ -606,7 +606,7 @@ def test_masked_truncated_completions_still_count_in_the_sequence_denominator(ti
     fixed-length (dr_grpo) losses still divide by every sequence of the minibatch."""
     from transformers import AutoModelForCausalLM
     import aha.train.learner as learner_mod
-    from aha.train.batch import GRPOBatch
+    from aha.batch import GRPOBatch
     from aha.train.learner import Learner
     seen, real = [], learner_mod.algos.aggregate
     monkeypatch.setattr(learner_mod.algos, "aggregate", lambda name, loss, mask, **d: seen.append(d) or real(

@@ -239,7 +239,7 @@ def test_steps_scored_in_several_places_are_the_steps_scored_in_one(tiny_dir, tm
 def test_batches_joined_keep_the_steps_of_the_parts_that_have_them():
     """Groups scored apart (stream_rewards, dynamic sampling) are joined with GRPOBatch.cat: a group whose
     completions wrote no step keeps the others' steps, with none of its own."""
-    from aha.train.batch import GRPOBatch
+    from aha.batch import GRPOBatch
 
     def part(steps):
         return GRPOBatch(rows=[{"prompt": "p"}], prompt_ids=[[1], [1]], completion_ids=[[2, 3], [4]],

@@ -13,7 +13,7 @@ import torch
 
 from ..models.load import autocast, seed_everything
 from ..rollout.experience import Generation, score_rollout
-from ..train.batch import GRPOBatch
+from ..batch import GRPOBatch
 
 
 def fully_shard(module) -> None:

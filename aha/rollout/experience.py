@@ -27,7 +27,7 @@ from .. import algos
 from ..envs.tools import OUTCOMES
 from ..rewards import last_failure, merge_reward_metrics, record_failure, reward_name, score_groups
 from ..rewards.steps import TurnEnd, step_tokens
-from ..train.batch import GRPOBatch
+from ..batch import GRPOBatch
 from .base import Rollout, SamplingParams
 from .engines import get_engine
 from .prompts import PromptSource

@@ -34,7 +34,7 @@ from ..rollout import SamplingParams
 from ..rollout.experience import Experience, episode_inputs
 from ..rollout.turns import greedy_episodes
 from ..rollout.prompts import PromptSource
-from .batch import GRPOBatch, LossSums
+from ..batch import GRPOBatch, LossSums
 from .learner import Learner
 from .loop import Trainer, seed_everything
 from .records import GROUPS_LOG, GroupRecorder

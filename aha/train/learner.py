@@ -18,7 +18,7 @@ from torch import Tensor
 
 from .. import algos
 from ..config import GRPOConfig
-from .batch import GRPOBatch, LossSums
+from ..batch import GRPOBatch, LossSums
 from .logprobs import completion_logprobs
 from .loop import build_optimizer, optimizer_step
 from .passes import Passes, choose, describe, device_memory, share_prompts

@@ -432,6 +432,14 @@ def vespo_surrogate(t: PolicyTerms, p: SurrogateParams) -> tuple[Tensor, Tensor,
     return -phi * t.adv * t.logp, none, none
 
 
+def importance_ratio(logp: Tensor, old_logp: Tensor, mask: Tensor, level: str = "token") -> Tensor:
+    """pi/pi_old [N,T] per token or per sequence (`level`, a RATIOS entry, over the tokens of `mask`), the log
+    clamped to +-LOG_RATIO_CLAMP before exp; differentiable in `logp` (1 in value on a batch's first pass, where
+    old_logp is logp itself). Example: log-ratios [0.2, 0.4], sequence level -> e^0.3 = 1.3499 on both tokens."""
+    log_ratio = get_ratio(level)(logp - old_logp, mask.to(logp.dtype))  # [N,T]
+    return torch.exp(log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+
+
 def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor,
                 epsilon: float = 0.2, epsilon_high: float | None = None,
                 level: str = "token", delta: float | None = None, surrogate: str = "clip", **params
@@ -446,11 +454,9 @@ def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor
     N, T = logp.shape
     assert old_logp.shape == (N, T) and mask.shape == (N, T) and advantages.shape in ((N,), (N, T))
     mask = mask.to(logp.dtype)                                        # [N,T]
-    token_log_ratio = logp - old_logp                                 # [N,T]
-    log_ratio = get_ratio(level)(token_log_ratio, mask)               # [N,T]
-    ratio = torch.exp(log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))  # [N,T]
+    ratio = importance_ratio(logp, old_logp, mask, level)             # [N,T]
     adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages  # [N,1] or [N,T]
-    terms = PolicyTerms(logp, token_log_ratio, ratio, adv, mask)
+    terms = PolicyTerms(logp, logp - old_logp, ratio, adv, mask)
     loss, low, high = get_surrogate(surrogate)(terms, SurrogateParams(epsilon, epsilon_high, delta, **params))
     stats = {
         "clip/low": low.to(logp.dtype),                               # [N,T]

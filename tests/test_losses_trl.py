@@ -167,3 +167,56 @@ def test_three_steps_of_each_loss_type_log_finite_losses(tiny_dir, tmp_path, los
     rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
     assert len(rows) == 3 and all(r["loss"] is not None and math.isfinite(r["loss"]) for r in rows)
     assert any(r["loss"] != 0 for r in rows)                     # two passes over each batch: ratios move off 1
+
+
+def test_bnpo_local_batches_partition_the_minibatch_over_ranks():
+    """With two learners, each rank's local batch is its share of the trained sequences and of those skipped for a
+    zero advantage: the local token counts add up to the minibatch's, and bnpo's loss is the mean of the ranks'
+    token means."""
+    from types import SimpleNamespace
+
+    from aha.train.learner import Learner
+    n_tok = torch.tensor([1, 2, 3, 4, 5, 6])
+    trainable = torch.tensor([True, False, True, True, False, True])
+    batch = SimpleNamespace(group_size=2)
+    locals_ = []
+    for rank in (0, 1):
+        stub = SimpleNamespace(world=2, rank=rank, passes=SimpleNamespace(share=False),
+                               args=SimpleNamespace(max_completion_length=8))
+        stub._part = lambda every, G, r, stub=stub: Learner._part(stub, every, G, r)
+        denom, every = Learner._denominators(stub, batch, torch.arange(6), n_tok, trainable, lambda i: (i,))
+        assert every == [0, 2, 3, 5] and denom["num_tokens"] == 21 and denom["world"] == 2
+        locals_.append(denom["local_tokens"])
+    # rank 0: trained [0, 3] and skipped [1] -> 1 + 4 + 2 = 7; rank 1: trained [2, 5], skipped [4] -> 3 + 6 + 5 = 14
+    assert locals_ == [7, 14]
+    loss, mask = torch.ones(1, 3), torch.ones(1, 3)
+    halves = [algos.aggregate("bnpo", loss, mask, num_tokens=21, local_tokens=n, world=2) for n in locals_]
+    close(halves[0], 3 / (7 * 2))
+    close(halves[1], 3 / (14 * 2))
+
+
+def test_importance_ratio_by_hand():
+    logp, old = torch.tensor([[0.2, 0.4, 9.0]]), torch.zeros(1, 3)
+    mask = torch.tensor([[1.0, 1.0, 0.0]])
+    close(algos.importance_ratio(logp, old, mask), [[math.exp(0.2), math.exp(0.4), math.exp(9.0)]], tol=1e-2)
+    close(algos.importance_ratio(logp, old, mask, "sequence"), [[math.exp(0.3)] * 3])   # mean of 0.2 and 0.4
+
+
+def test_bias_corrected_kl_keeps_the_value_on_a_first_pass_and_adds_the_ratios_gradient(tiny_dir, tmp_path):
+    """TRL's use_bias_correction_kl: KL x pi/pi_old. On a batch's only pass the ratio is 1 (same loss and KL), but
+    its gradient, KL x grad log pi, changes the update."""
+    from aha.train.grpo import GRPOTrainer
+    out = {}
+    for on in (False, True):
+        args = GRPOConfig(output_dir=str(tmp_path / str(on)), max_steps=1, num_generations=4,
+                          per_device_train_batch_size=8, max_completion_length=8, learning_rate=1e-2, beta=0.5,
+                          progress_bar=False, report_to=["none"], log_completions_steps=0, log_groups_steps=0, seed=0,
+                          use_bias_correction_kl=on)
+        t = GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], args=args, train_dataset=PROMPTS)
+        t.learner.sync_reference = lambda: None
+        with torch.no_grad():  # a reference apart from the policy: a KL that is not 0
+            for p in t.ref_model.parameters():
+                p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
+        out[on] = t.step()
+    assert out[True]["kl"] == out[False]["kl"] > 0 and out[True]["loss"] == out[False]["loss"]
+    assert out[True]["grad_norm"] != out[False]["grad_norm"]

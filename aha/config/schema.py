@@ -225,6 +225,9 @@ class GRPOConfig(TrainConfig):
     """Weight of the KL penalty to the reference model (0: no reference model at all)."""
     kl_estimator: str = "k3"
     """KL estimator: k1, k2 or k3."""
+    use_bias_correction_kl: bool = False
+    """Multiply each token's KL estimate by the importance ratio pi/pi_old (at importance_sampling_level), gradient
+    included, as TRL's: 1 in value on a batch's first pass, but the ratio's gradient adds KL x grad log pi."""
     epsilon: float = 0.2
     """Lower clip range: ratio >= 1 - epsilon."""
     epsilon_high: Optional[float] = None

@@ -72,8 +72,6 @@ UNSUPPORTED: dict[str, str] = {
     "router_aux_loss_coef": "aha adds no mixture-of-experts router loss",
     "num_generations_eval": "evaluation decodes one greedy completion per prompt",
     "off_policy_mask_threshold": "there is no off-policy sequence mask; stale tokens are reweighted (off_policy_is_cap)",
-    "use_bias_correction_kl": "the KL term is not multiplied by the importance ratio (with num_iterations 1 the ratio is "
-                              "1); remove it",
     "log_unique_prompts": "report_to=wandb logs every completion of a logged step as a table",
     "log_completions_hub_repo": "completions go to output_dir/completions.jsonl: upload that file",
     "use_transformers_continuous_batching": "aha's own engine (engine=hf) batches continuously with its KV cache",
@@ -172,7 +170,7 @@ ALREADY: dict[str, tuple] = {
     "model_init_kwargs": (None,), "use_liger_loss": (False, None), "min_p": (None,), "repetition_penalty": (1.0, 1),
     "generation_kwargs": (None,), "trust_remote_code": (False,),
     "router_aux_loss_coef": (None, 0, 0.0), "num_generations_eval": (None,), "off_policy_mask_threshold": (None,),
-    "use_bias_correction_kl": (False,), "log_unique_prompts": (False,), "wandb_log_unique_prompts": (False,),
+    "log_unique_prompts": (False,), "wandb_log_unique_prompts": (False,),
     "log_completions_hub_repo": (None,), "use_transformers_continuous_batching": (False,),
     "transformers_continuous_batching_config": (None,), "use_transformers_paged": (False,),
 }

@@ -314,6 +314,8 @@ class Learner:
         kl_sum, kl = 0.0, None
         if ref is not None:
             kl = algos.kl_penalty(a.kl_estimator, logp, stack([ref[i] for i in ids]))  # [n,T]
+            if a.use_bias_correction_kl:  # TRL's: the estimate weighted by pi/pi_old, its gradient included
+                kl = kl * algos.importance_ratio(logp, old_lp, mask, a.importance_sampling_level)  # [n,T]
             loss_tok = loss_tok + a.beta * kl                                         # [n,T]
             kl_sum = float((kl.detach() * mask).sum())
         loss = algos.aggregate(kind.aggregation, loss_tok, mask, **denom)

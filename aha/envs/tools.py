@@ -14,6 +14,8 @@ that raises SystemExit or sleeps is the call's failure, never the trainer's. Eac
 from __future__ import annotations
 
 import inspect
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -23,6 +25,11 @@ from ..rewards.scoring import call_on_thread, start_async
 
 OUTCOMES = ("ok", "malformed", "unknown", "bad_arguments", "raised", "bad_result", "timeout", "retired")
 """What a call can come to; all but ok and timeout count in tools/errors."""
+TOOL_WORKERS = 64
+"""Most episodes whose tool calls run at once (`call_all`): threads that mostly wait, each call on its own thread or
+event loop under tool_timeout."""
+_RETIRING = threading.Lock()
+"""Retirements come from the threads of `call_all`: one at a time, so none is lost."""
 JSON_TYPES: dict[str, Callable[[Any], bool]] = {
     "integer": lambda v: isinstance(v, int) and not isinstance(v, bool) or isinstance(v, float) and v.is_integer(),
     "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
@@ -193,4 +200,16 @@ class Toolbox:
         if name in self.env_methods and not self.retired:
             self.retired = True
             if self.retire is not None:
-                self.retire()
+                with _RETIRING:
+                    self.retire()
+
+
+def call_all(jobs: list[tuple[Toolbox, list[ToolCall]]]) -> list[list[ToolResult]]:
+    """The results of each toolbox's calls: the toolboxes side by side (at most TOOL_WORKERS at once), each one's
+    calls in the order given, so an environment sees its calls in the order the model wrote them, and none after
+    one ran past tool_timeout (Toolbox.call). Tools that hang cost a round about tool_timeout per call of one
+    episode, not per call of every episode."""
+    if len(jobs) <= 1:
+        return [[box.call(c) for c in calls] for box, calls in jobs]
+    with ThreadPoolExecutor(min(len(jobs), TOOL_WORKERS), thread_name_prefix="aha-tools") as pool:
+        return list(pool.map(lambda job: [job[0].call(c) for c in job[1]], jobs))

@@ -26,7 +26,7 @@ from typing import Callable
 import torch
 
 from ..data.toolcalls import ToolChat
-from ..envs.tools import Toolbox
+from ..envs.tools import Toolbox, call_all
 from .base import Engine, Rollout, SamplingParams, keeping_caches
 
 
@@ -69,9 +69,13 @@ def run_turns(engine: Engine, chat: ToolChat, episodes: list[Episode], group_siz
             running = [episodes[i] for i in live]
             out = _generate(engine, running, group_size if first else 1, params, budget, generator, context)
             first = False
+            calls = []
             for k, e in enumerate(running):
                 lp = out.logprobs[k] if out.logprobs is not None else [0.0] * len(out.completion_ids[k])
-                _take_turn(e, chat, out.completion_ids[k], out.truncated[k], lp, budget, max_rounds)
+                calls.append(_take_turn(e, chat, out.completion_ids[k], out.truncated[k], lp, budget, max_rounds))
+            calling = [(e, c) for e, c in zip(running, calls) if c]  # each episode's calls in order, side by side
+            for (e, _), results in zip(calling, call_all([(e.toolbox, c) for e, c in calling])):
+                _take_results(e, chat, results, budget)
             live = [i for i in live if episodes[i].finish is None]
     return Rollout(completion_ids=[e.ids for e in episodes], truncated=[e.finish != "stop" for e in episodes],
                    version=engine.version, logprobs=[e.logprobs for e in episodes] if params.logprobs else None,
@@ -94,8 +98,9 @@ def _generate(engine: Engine, running: list[Episode], n: int, params: SamplingPa
 
 
 def _take_turn(e: Episode, chat: ToolChat, tokens: list[int], truncated: bool, logprobs: list[float], budget: int,
-               max_rounds: int | None) -> None:
-    """Append a model turn (cut to the budget), then run its tool calls and append their messages, or end."""
+               max_rounds: int | None) -> list | None:
+    """Append a model turn (cut to the budget); the tool calls to run (`call_all`, then `_take_results`), or None
+    when the episode ends."""
     if e.state_key is not None:
         e.states.append(state_of(e.state_key))
     room, start = budget - len(e.ids), len(e.ids)
@@ -111,8 +116,13 @@ def _take_turn(e: Episode, chat: ToolChat, tokens: list[int], truncated: bool, l
                     "tool_calls": [{"name": c.name, "arguments": c.arguments, "error": c.error} for c in calls]})
     if not ended or not calls or max_rounds is not None and e.rounds >= max_rounds:
         e.finish = "length" if not ended else "tool_limit" if calls else "stop"
-        return
-    results, cut = _run_tools(e, chat, calls, budget - len(e.ids))
+        return None
+    return calls
+
+
+def _take_results(e: Episode, chat: ToolChat, results: list, budget: int) -> None:
+    """Append the tool messages of a model turn's calls, or end the episode where they leave no room."""
+    results, cut = _run_tools(e, chat, results, budget - len(e.ids))
     calls_done = [{"name": r.name, "outcome": r.outcome, "content": r.content} for r in results]
     suffix = [] if cut else chat.tool_suffix_ids([r.message() for r in results])
     if cut or len(e.ids) + len(suffix) >= budget:  # no room left for a model turn after them: dropped, as in TRL
@@ -124,10 +134,9 @@ def _take_turn(e: Episode, chat: ToolChat, tokens: list[int], truncated: bool, l
     e.rounds += 1
 
 
-def _run_tools(e: Episode, chat: ToolChat, calls: list, room: int) -> tuple[list, bool]:
+def _run_tools(e: Episode, chat: ToolChat, results: list, room: int) -> tuple[list, bool]:
     """The results of an episode's calls, counted, and whether one was cut: a result longer than `room` tokens can
     hold (told by its length, aha.data.toolcalls) is cut before anything tokenizes or logs it; it cannot fit."""
-    results = [e.toolbox.call(c) for c in calls]
     e.outcomes.update(r.outcome for r in results)
     e.non_string += sum(r.non_string for r in results)
     fitted = [chat.fit(r.content, room) for r in results]

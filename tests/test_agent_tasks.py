@@ -90,10 +90,11 @@ def test_aha_train_task_filesystem_trains_two_steps_and_logs_tool_metrics(agent_
     out = tmp_path / "grpo"
     assert main(["train", f"model={agent_tiny}", "task=filesystem", "max_steps=2", "num_generations=2",
                  "per_device_train_batch_size=4", "max_completion_length=24", "learning_rate=1e-2",
-                 f"output_dir={out}", "progress_bar=false", "report_to=[jsonl]"]) == 0
+                 "eval_steps=2", "eval_samples=2", f"output_dir={out}", "progress_bar=false", "report_to=[jsonl]"]) == 0
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     steps = [x for x in lines if "tools/calls_per_episode" in x]
     assert len(steps) == 2 and all("reward/FilesystemEnv/mean" in x for x in steps)
+    assert any("eval/accuracy" in x and "eval/tools/calls_per_episode" in x for x in lines)  # held-out episodes
     assert yaml.safe_load((out / "config.yaml").read_text())["max_tool_calling_iterations"] == 3  # the task's
 
 
@@ -203,3 +204,34 @@ def test_the_documented_environment_of_ones_own_registers_as_a_task(tmp_path, mo
     while env.count < env.target:
         env.increment(min(3, env.target - env.count))
     assert task.correct()(environments=[env]) == [1.0]
+
+
+@pytest.mark.parametrize("messages, roles", [
+    ([{"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "mkdir",
+                                                                                                "arguments": {}}}]},
+      {"role": "tool", "name": "mkdir", "content": "ok"}, {"role": "assistant", "content": "Done."}],
+     "'assistant', 'tool', 'assistant'"),                                                  # no prompt
+    ([{"role": "user", "content": "Make a folder."}, {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "mkdir", "arguments": {"path": "a"}}}]},
+      {"role": "tool", "name": "mkdir", "content": "ok"}], "'user', 'assistant', 'tool'"),  # ends on a tool result
+])
+def test_a_tool_conversation_sft_cannot_learn_from_is_an_error_naming_its_row(agent_tiny, tmp_path, messages, roles):
+    from aha.config import SFTConfig
+    from aha.train.sft import SFTTrainer
+    with pytest.raises(ValueError, match=rf"SFT row 0: a tool conversation needs .*\[{roles}\]"):
+        SFTTrainer(model=agent_tiny, args=SFTConfig(output_dir=str(tmp_path), max_steps=1, progress_bar=False),
+                   train_dataset=[{"messages": messages}])
+
+
+def test_sft_on_an_agent_task_without_demonstrations_says_what_to_give(monkeypatch):
+    import dataclasses
+
+    import aha.stages
+    bare = dataclasses.replace(get_task("python"), demonstrate=None)
+    with pytest.raises(ValueError, match="task 'python' has no demonstrations to learn from; give SFT a `dataset`"):
+        aha.stages.demonstrations(bare)
+
+
+def test_an_unknown_engine_for_eval_names_the_valid_ones(capsys):
+    assert main(["eval", "m", "task=filesystem", "engine=vllm"]) == 2  # a config error, before anything loads
+    assert "unknown engine 'vllm'; valid: ['hf']" in capsys.readouterr().err

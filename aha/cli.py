@@ -114,7 +114,7 @@ commands:
   train    GRPO training                 (aha train --help lists every field)
   sft      supervised fine-tuning        (aha sft --help)
   eval     accuracy, pass@k, maj@k       (aha eval MODEL --task NAME)
-  sample   rejection sampling to JSONL   (aha sample --help)
+  sample   rejection sampling to JSONL   (aha sample MODEL --task NAME)
   prm_labels step labels for a process reward model, Math-Shepherd's way (aha prm_labels --help)
   prm      train a process reward model  (aha prm --help; GRPO uses it with prm_model=DIR)
   recipe   multi-stage pipeline          (aha recipe RECIPE.yaml)

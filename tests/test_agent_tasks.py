@@ -119,7 +119,7 @@ def test_aha_eval_task_filesystem_reports_success_by_family_and_pass_at_k(agent_
 
 def test_aha_sample_writes_messages_that_aha_sft_trains_on(agent_tiny, tmp_path, solver):
     out = tmp_path / "sample"
-    assert main(["sample", f"model={agent_tiny}", "task=filesystem", f"engine={solver}", "split=test", "num_prompts=24",
+    assert main(["sample", agent_tiny, "task=filesystem", f"engine={solver}", "split=test", "num_prompts=24",
                  "n=2", "max_new_tokens=64", f"output_dir={out}", "progress_bar=false"]) == 0
     rows = [json.loads(x) for x in (out / "data.jsonl").read_text().splitlines()]
     assert rows and {r["family"] for r in rows} <= set(SOLVED)        # only the successful episodes

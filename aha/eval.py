@@ -8,6 +8,9 @@ evaluate, a call budget run out, a gold that does not parse, a verifier call tha
 in accuracy, pass@k and maj@k. The summary says how many there were (`undecided`, `samples/undecided`,
 `maj@k/undecided`) and why (the verifier's counters: `reward/timeouts`, `reward/too_large`, `reward/unjudged`,
 `reward/data_errors`, `reward/errors`, ...), so a score lowered by them is visible.
+
+An agent task's completions are episodes of the turn loop (its tools, its environments), judged by its success
+verdict: accuracy is then task success, by family where the rows have one, with `tools/*` beside it.
 """
 
 from __future__ import annotations
@@ -175,7 +178,8 @@ def generate(model, tokenizer, task: Task, rows: list[dict], n: int, params, bat
     from .rollout.turns import sample_episodes
     if task.is_agent:
         out, _ = sample_episodes(model, tokenizer, task.agent(), rows, params.max_new_tokens,
-                                 task.max_tool_calling_iterations, None, batch_size, params.temperature, n, seed, engine)
+                                 task.max_tool_calling_iterations, None, batch_size, params.temperature, n, seed, engine,
+                                 params.top_p)
     else:
         ids = [encode_prompt(tokenizer, r["prompt"]) for r in rows]
         with tqdm(total=len(ids), desc=desc, disable=not progress, leave=False) as bar:  # one call: batch_size rows

@@ -235,3 +235,22 @@ def test_sft_on_an_agent_task_without_demonstrations_says_what_to_give(monkeypat
 def test_an_unknown_engine_for_eval_names_the_valid_ones(capsys):
     assert main(["eval", "m", "task=filesystem", "engine=vllm"]) == 2  # a config error, before anything loads
     assert "unknown engine 'vllm'; valid: ['hf']" in capsys.readouterr().err
+
+
+class RecordingSolver(SolverEngine):
+    seen: list = []
+
+    def generate(self, prompt_ids, n, params, generator=None):
+        RecordingSolver.seen.append((params.temperature, params.top_p))
+        return super().generate(prompt_ids, n, params, generator)
+
+
+def test_eval_samples_agent_episodes_at_the_temperature_and_top_p_asked(agent_tiny, monkeypatch):
+    from aha.eval import evaluate
+    monkeypatch.setitem(ENGINES, "recording", f"{__name__}:RecordingSolver")
+    monkeypatch.setattr(RecordingSolver, "seen", [])
+    from aha.models import load_model, load_tokenizer
+    rows = get_task("filesystem").load("test", 4)
+    evaluate(load_model(agent_tiny), load_tokenizer(agent_tiny), get_task("filesystem"), rows, k=[2], n_samples=2,
+             temperature=0.9, top_p=0.5, max_new_tokens=64, engine="recording")
+    assert set(RecordingSolver.seen) == {(0.0, 1.0), (0.9, 0.5)}  # greedy episodes, then the sampled ones

@@ -149,6 +149,10 @@ def test_sft_on_a_tool_conversation_trains_only_the_assistant_turns(agent_tiny, 
     assert '"name": "read_file"' in trained and '"name": "write_file"' in trained and trained.endswith("Done.<|im_end|>")
     assert "<tool_response>" in read and text in read and "<tool_response>" not in trained
     assert "You can call these tools" in tok.decode(prompt)  # rendered with the schemas, as an episode's prompt
+    as_text = SFTTrainer(model=agent_tiny, args=SFTConfig(output_dir=str(tmp_path / "t"), max_steps=1,
+                                                          progress_bar=False),
+                         train_dataset=[{**data[0], "tools": json.dumps(data[0]["tools"])}])
+    assert as_text.examples[0] == trainer.examples[0]  # the schemas as JSON text, as some datasets store them
 
 
 

@@ -4,6 +4,7 @@ rendered as the turn loop renders episodes, and only the assistant's tokens are 
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from typing import Callable
@@ -43,7 +44,8 @@ def is_tool_conversation(row: dict, cfg: SFTConfig) -> bool:
 
 
 def tool_example(chat: ToolChat, i: int, row: dict, cfg: SFTConfig) -> tuple[str, list]:
-    """A tool conversation (its `tools` column: the schemas it was shown) -> (prompt text, segments), rendered by
+    """A tool conversation (its `tools` column: the schemas it was shown, or their JSON text as some datasets store
+    them) -> (prompt text, segments), rendered by
     ToolChat.demonstration, the template the turn loop renders episodes with: the messages before the first
     assistant turn are the prompt; every assistant turn is trained, the tool results only read."""
     msgs = row[cfg.messages_column]
@@ -51,7 +53,8 @@ def tool_example(chat: ToolChat, i: int, row: dict, cfg: SFTConfig) -> tuple[str
     if first is None or first == 0 or msgs[-1].get("role") != "assistant":
         raise ValueError(f"SFT row {i}: a tool conversation needs a prompt before its first assistant turn and must "
                          f"end with an assistant turn; got roles {[m.get('role') for m in msgs]}")
-    demo = chat.demonstration(msgs, first, row.get("tools"))
+    tools = row.get("tools")
+    demo = chat.demonstration(msgs, first, json.loads(tools) if isinstance(tools, str) else tools)  # JSON text too
     return demo["prompt"], demo["completion"]
 
 

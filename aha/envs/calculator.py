@@ -81,7 +81,8 @@ def divide(a: float, b: float) -> float:
 TOOLS = [add, subtract, multiply, divide]
 HOW = (' Use the tools, one call at a time, e.g. <tool_call>\n{"name": "multiply", "arguments": {"a": 12, "b": 34}}'
        '\n</tool_call>, then give the final number.')
-"""What a question asks for: a small instruct model never trained on tools writes calls only when shown one."""
+"""What a question asks for, with one call shown (a small instruct model never trained on tools rarely writes a call
+even so: it needs a warm-up on tool conversations, docs/agents.md)."""
 
 
 def final_number(text: str) -> str | None:

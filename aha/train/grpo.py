@@ -38,6 +38,7 @@ from ..batch import GRPOBatch, LossSums
 from .learner import Learner
 from .loop import Trainer, seed_everything
 from .records import GROUPS_LOG, GroupRecorder
+from .callbacks import TrainOutput
 
 __all__ = ["GRPOTrainer", "GRPOBatch", "LossSums", "Learner"]
 
@@ -291,7 +292,7 @@ class GRPOTrainer(Trainer):
         """This step's batch from the experience box (as `step` gets it), without training on it."""
         return self.rollouts.next_batch(self.step_count)
 
-    def train(self, resume_from_checkpoint: str | bool | None = None) -> dict[str, float]:
+    def train(self, resume_from_checkpoint: str | bool | None = None) -> TrainOutput:
         try:
             return super().train(resume_from_checkpoint)
         finally:  # with workers: the final weights come home; actors (and a Ray started here) end

@@ -210,10 +210,10 @@ def test_log_metric_values_are_a_mean_over_calls_and_log_extra_says_what_to_use(
         log_extra("note", ["x"] * len(completions))
         return [0.0] * len(completions)
 
-    rewards, m = score_completions([extra], ["p"], ["a"], {})
+    failures = {}
+    rewards, m = score_completions([extra], ["p"], ["a"], {}, failures_out=failures)
     assert m["reward/errors"] == 1.0 and math.isnan(rewards[0, 0])
-    from aha.rewards.scoring import last_failure
-    assert "log_metric(name, value) instead" in str(last_failure("extra"))
+    assert "log_metric(name, value) instead" in str(failures["extra"])
 
 
 @pytest.mark.parametrize("specs, kwargs, message", [
@@ -414,7 +414,8 @@ async def _exits_async(prompts, completions, **kw):
 @pytest.mark.parametrize("thread", ["main", "worker"])
 def test_a_reward_that_exits_or_interrupts_is_a_failed_call_not_an_exit(thread):
     funcs = [_exits, _exits_3, _interrupts, _ones, _exits_async]
-    call = lambda: score_completions(funcs, ["p"] * 2, ["c"] * 2, {}, timeout_s=30)  # noqa: E731
+    failures = {}
+    call = lambda: score_completions(funcs, ["p"] * 2, ["c"] * 2, {}, timeout_s=30, failures_out=failures)  # noqa: E731
     if thread == "main":
         rewards, metrics = call()
     else:
@@ -426,8 +427,8 @@ def test_a_reward_that_exits_or_interrupts_is_a_failed_call_not_an_exit(thread):
     assert metrics["reward/errors"] == 4 and metrics["reward/call_timeouts"] == 0
     assert rewards[:, 3].tolist() == [1.0, 1.0] and torch.isnan(rewards[:, [0, 1, 2, 4]]).all()
     assert all(metrics[f"reward/{f.__name__}/failed"] == 1.0 for f in (_exits, _exits_3, _interrupts, _exits_async))
-    assert isinstance(R.last_failure("_exits"), SystemExit) and isinstance(R.last_failure("_interrupts"),
-                                                                           KeyboardInterrupt)
+    assert isinstance(failures["_exits"], SystemExit) and isinstance(failures["_interrupts"], KeyboardInterrupt)
+    assert set(failures) == {"_exits", "_exits_3", "_interrupts", "_exits_async"}  # the failed calls, returned
 
 
 def _all_inf(prompts, completions, **kw):
@@ -496,12 +497,13 @@ def test_a_reward_with_no_usable_value_at_all_is_a_failed_call(values, nan, fail
     def unusable(prompts, completions, **kw):
         return values
 
-    _, metrics = score_completions([unusable], ["p"] * 3, ["c"] * 3, {})
+    failures = {}
+    _, metrics = score_completions([unusable], ["p"] * 3, ["c"] * 3, {}, failures_out=failures)
     assert metrics["reward/unusable/failed"] == float(failed) and metrics["reward/errors"] == float(failed)
     assert metrics["reward/nan"] == nan  # the values are still counted one by one
     if failed:
         assert "reward function unusable gave no usable value: all 3 values were unusable" in \
-            str(R.last_failure("unusable"))
+            str(failures["unusable"])
 
 
 @pytest.mark.parametrize("returned, shape", [

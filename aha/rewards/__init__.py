@@ -19,8 +19,8 @@ from .language import LanguageConsistencyReward, language_consistency_reward
 from .length import LengthPenalty, SoftOverlongReward, length_penalty_reward, soft_overlong_reward
 from .maths import MathReward, answers_equal, extract_answer, math_reward
 from .sandbox import Limits, SandboxResult, isolation, run_tests
-from .scoring import (check_columns, check_not_all_null, last_failure, merge_reward_metrics, record_failure, reward_name,
-                      score_completions, score_groups)
+from .scoring import (check_columns, check_not_all_null, merge_reward_metrics, reward_name, score_completions,
+                      score_groups)
 
 REWARDS: dict[str, type | Callable] = {
     "math": MathReward,
@@ -56,7 +56,7 @@ def get_reward(name: str, require_format: bool = False, **kwargs: Any) -> Callab
 
 __all__ = [
     "REWARDS", "get_reward", "score_completions", "score_groups", "check_columns", "check_not_all_null",
-    "last_failure", "merge_reward_metrics", "record_failure", "reward_name", "Reward", "completion_text",
+    "merge_reward_metrics", "reward_name", "Reward", "completion_text",
     "MathReward", "math_reward", "extract_answer", "answers_equal",
     "FormatReward", "FormatGated", "format_reward", "format_ok",
     "CountdownReward", "countdown_reward", "countdown_value",

@@ -25,7 +25,6 @@ LOGGED = "reward/logged/"
 """Metrics a reward function gives through TRL's `log_metric(name, value)`: reward/logged/<name>, the mean of the
 values logged in the step."""
 _LOGGED: set[str] = set()  # functions whose traceback was already logged
-_LAST_FAILURE: dict[str, BaseException] = {}  # function name -> the exception of its latest failed call
 _LOGGED_LOCK = threading.Lock()
 
 
@@ -61,11 +60,6 @@ def check_columns(reward_funcs: list[Callable], columns: Iterable[str]) -> None:
         for col in needed_columns(fn):
             if col not in columns:
                 raise _missing_column(fn, col, columns)
-
-
-def last_failure(name: str) -> BaseException | None:
-    """The exception of the latest call of reward function `name` that raised or timed out."""
-    return _LAST_FAILURE.get(name)
 
 
 def check_not_all_null(reward_funcs: list[Callable], rows: list[dict]) -> None:
@@ -295,7 +289,8 @@ def _call_all(reward_funcs: list[Callable], kwargs: dict, timeout_s: float) -> l
 def score_completions(reward_funcs: list[Callable], prompts: list, completions: list, columns: dict[str, list],
                       completion_ids: list | None = None, trainer_state: Any = None,
                       timeout_s: float = math.inf, environments: list | None = None,
-                      steps_out: list | None = None, episodes: list | None = None) -> tuple[Any, dict[str, float]]:
+                      steps_out: list | None = None, episodes: list | None = None,
+                      failures_out: dict | None = None) -> tuple[Any, dict[str, float]]:
     """Rewards [N, F] (float32, NaN where a value is None, non-finite, or its function raised or timed out) and
     metrics: `reward/errors` (calls that raised, exited, or gave values none of which is usable),
     `reward/call_timeouts` (calls cut at `timeout_s`), `reward/<name>/failed` (1.0 when that function's call
@@ -311,7 +306,8 @@ def score_completions(reward_funcs: list[Callable], prompts: list, completions: 
     to ({"finish", "calls", "outcomes"}: aha.rewards.episode).
     A value may be a list of (end, score) step rewards (aha.rewards.steps; an episode's: one score per model turn):
     its matrix entry is the mean usable step score, and `steps_out` receives per completion the (end, score,
-    function index) triples (a score that is NaN, inf or not a number is NaN: left out, counted)."""
+    function index) triples (a score that is NaN, inf or not a number is NaN: left out, counted).
+    `failures_out` receives name -> what it raised for each failed call (`_count_failure`)."""
     import torch  # here, so that the verifiers themselves import without torch
     n, logged = len(completions), {}  # logged: name -> the values given through log_metric
     kwargs = dict(columns, prompts=prompts, completions=completions, completion_ids=completion_ids,
@@ -335,13 +331,7 @@ def score_completions(reward_funcs: list[Callable], prompts: list, completions: 
             metrics["reward/nan"] += bad
             for i, s in enumerate(given):
                 steps[i] += [(end, score, j) for end, score in s or ()]
-        failed = isinstance(outcome, BaseException)
-        metrics[f"reward/{name}/failed"] = float(failed)
-        if failed:
-            _LAST_FAILURE[name] = outcome
-            metrics["reward/call_timeouts" if isinstance(outcome, RewardTimeout) else "reward/errors"] += 1
-            if isinstance(outcome, NoUsableValue):
-                _failed(name, outcome)
+        _count_failure(name, outcome, metrics, failures_out)
         metrics[f"reward/{name}/none_frac"] = _none_frac(rewards[:, j])
         pop = getattr(fn, "pop_metrics", None)
         if callable(pop):
@@ -359,10 +349,25 @@ def _no_log_extra(column: str, values: list) -> None:
                               "number with log_metric(name, value) instead")
 
 
+def _count_failure(name: str, outcome: Any, metrics: dict[str, float], failures_out: dict | None) -> None:
+    """`reward/<name>/failed` for one function's call, counted in `reward/errors` or `reward/call_timeouts` when it
+    failed (raised or exited, gave nothing usable: NoUsableValue, ran past its limit: RewardTimeout); what it raised
+    goes to `failures_out` (name -> exception), which the caller keeps for the error that stops a run."""
+    failed = isinstance(outcome, BaseException)
+    metrics[f"reward/{name}/failed"] = float(failed)
+    if not failed:
+        return
+    if failures_out is not None:
+        failures_out[name] = outcome
+    metrics["reward/call_timeouts" if isinstance(outcome, RewardTimeout) else "reward/errors"] += 1
+    if isinstance(outcome, NoUsableValue):
+        _failed(name, outcome)
+
+
 def score_groups(reward_funcs: list[Callable], rows: list[dict], texts: list[str], n: int,
                  completion_ids: list | None = None, trainer_state: Any = None,
                  timeout_s: float = math.inf, episodes: dict | None = None,
-                 steps_out: list | None = None) -> tuple[Any, dict[str, float]]:
+                 steps_out: list | None = None, failures_out: dict | None = None) -> tuple[Any, dict[str, float]]:
     """Score n completions of each row, prompt-major (texts i*n .. i*n+n-1 answer rows[i]): the one entry point
     that training, evaluation and rejection sampling share. Each row's prompt and columns are repeated n times and
     completions of chat prompts are wrapped as assistant messages, as TRL passes them; an agent's `episodes` give
@@ -379,7 +384,7 @@ def score_groups(reward_funcs: list[Callable], rows: list[dict], texts: list[str
     rewards, metrics = score_completions(reward_funcs, prompts, completions, columns, completion_ids=completion_ids,
                                          trainer_state=trainer_state, timeout_s=timeout_s,
                                          environments=episodes.get("environments"), steps_out=steps_out,
-                                         episodes=episodes.get("episodes"))  # [N, F]
+                                         episodes=episodes.get("episodes"), failures_out=failures_out)  # [N, F]
     return rewards, {**metrics, **column_metrics(reward_funcs, rewards)}
 
 
@@ -411,7 +416,3 @@ def merge_reward_metrics(reward_funcs: list[Callable], parts: list[dict[str, flo
     merged.update({f"reward/{reward_name(fn)}/none_frac": _none_frac(rewards[:, j]) for j, fn in enumerate(reward_funcs)})
     return {**merged, **column_metrics(reward_funcs, rewards)}
 
-
-def record_failure(name: str, error: BaseException) -> None:
-    """Note a reward function's failure seen elsewhere (a reward actor), for `last_failure`."""
-    _LAST_FAILURE[name] = error

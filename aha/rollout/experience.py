@@ -25,7 +25,7 @@ from torch import Tensor
 
 from .. import algos
 from ..envs.tools import OUTCOMES
-from ..rewards import last_failure, merge_reward_metrics, record_failure, reward_name, score_groups
+from ..rewards import merge_reward_metrics, reward_name, score_groups
 from ..rewards.steps import TurnEnd, step_tokens
 from ..batch import GRPOBatch
 from .base import Rollout, SamplingParams
@@ -105,6 +105,8 @@ class Experience:
         self.generation = Generation(model, tokenizer, args, engine_factory, agent)
         self.fail_streak = {reward_name(f): 0 for f in reward_funcs}
         """Consecutive steps on which each reward function raised or timed out."""
+        self.failures: dict[str, BaseException] = {}
+        """Each reward function's latest failure (scoring returns them), for the error that stops a run."""
         beside = agent is not None and agent.has_environments
         self.beside_environments = [i for i, f in enumerate(reward_funcs) if beside and reads_environments(f)]
         """Reward functions that read the episodes' environments (get_reward, `environments=`): with Ray they run
@@ -205,7 +207,7 @@ class Experience:
         steps: list = []
         rpf, metrics = score_groups(self.reward_funcs, rows, texts, self.args.num_generations, out.completion_ids,
                                     self.trainer_state(step), self.args.reward_timeout, episode_inputs(out),
-                                    steps_out=steps)                                        # [N,F]
+                                    steps_out=steps, failures_out=self.failures)            # [N,F]
         return self.make_batch(rows, prompt_ids, out, texts, rpf, steps), metrics
 
     def from_parts(self, rows: list[dict], prompt_ids: list[list[int]], out: Rollout, texts: list[str],
@@ -219,7 +221,7 @@ class Experience:
             for mine, theirs in zip(steps, scored["steps"]):  # their function indices are positions in idx
                 mine += [(end, score, idx[j]) for end, score, j in theirs]
             for name, error in scored["failures"].items():
-                record_failure(name, RuntimeError(f"in a Ray worker: {error}"))
+                self.failures[name] = RuntimeError(f"in a Ray worker: {error}")
         metrics = merge_reward_metrics(self.reward_funcs, [scored["metrics"] for _, scored in parts], rpf)
         return self.make_batch(rows, prompt_ids, out, texts, rpf, steps), metrics
 
@@ -350,7 +352,7 @@ class Experience:
         for name in self.fail_streak:
             self.fail_streak[name] = self.fail_streak[name] + 1 if metrics[f"reward/{name}/failed"] else 0
             if self.args.reward_fail_steps and self.fail_streak[name] >= self.args.reward_fail_steps:
-                last = last_failure(name)  # an exit (SystemExit, KeyboardInterrupt) from a reward counts as a raise
+                last = self.failures.get(name)  # an exit (SystemExit, KeyboardInterrupt) from a reward: a raise
                 what = "gave no usable value" if isinstance(last, NoUsableValue) else "raised or timed out"
                 raise RuntimeError(f"reward function {name} {what} on {self.fail_streak[name]} consecutive steps "
                                    f"(last: {last!r}); fix it, or set reward_fail_steps=0 to train on without it"
@@ -474,9 +476,8 @@ def score_rollout(reward_funcs: list[Callable], rows: list[dict], out: Rollout, 
     """Rewards [N, F] of `reward_funcs` on a rollout, their metrics and failures (name -> repr), as a Ray worker
     returns them."""
     n = len(out.completion_ids) // len(rows)
-    steps: list = []
+    steps, failures = [], {}
     rewards, metrics = score_groups(reward_funcs, rows, texts, n, out.completion_ids, state, timeout_s,
-                                    episode_inputs(out), steps_out=steps)                 # [N,F]
-    failures = {reward_name(f): repr(last_failure(reward_name(f))) for f in reward_funcs
-                if metrics[f"reward/{reward_name(f)}/failed"]}
-    return {"rewards": rewards, "metrics": metrics, "failures": failures, "steps": steps}
+                                    episode_inputs(out), steps_out=steps, failures_out=failures)  # [N,F]
+    return {"rewards": rewards, "metrics": metrics, "steps": steps,
+            "failures": {name: repr(error) for name, error in failures.items()}}

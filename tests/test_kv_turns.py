@@ -73,24 +73,35 @@ def assert_same(kept, refilled):
 
 
 def poison_new_buffers(monkeypatch):
-    """Key/value buffers start as NaN, not as whatever memory held: a column read before it is written shows."""
+    """Key/value buffers start as NaN, not as whatever memory held: a column read before it is written shows.
+    (GraphCache's are zeros by design: its static step reads unwritten columns, masked.)"""
     init = engine_module.LayerCache.__init__
 
     def poisoned(self, *args, **kwargs):
         init(self, *args, **kwargs)
         for x in self.k + self.v:
-            x.fill_(float("nan"))
+            x.fill_(0.0 if isinstance(self, engine_module.GraphCache) else float("nan"))
     monkeypatch.setattr(engine_module.LayerCache, "__init__", poisoned)
 
 
+def static_shapes(monkeypatch):
+    """The engine decodes through GraphCache's static step, run eagerly (its CUDA graphs need a GPU)."""
+    monkeypatch.setattr(HFEngine, "_cache", lambda self, mask, T, total, packed: engine_module.GraphCache(
+        self.model, mask, T, capture=False, packed=packed))
+
+
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
-@pytest.mark.parametrize("max_batch, chunk, admit", [(512, 256, 1.0), (4, 2, 1.0), (4, 256, 0.5)])
-def test_kept_caches_give_the_re_prefill_tokens_and_logprobs(tok, arch, max_batch, chunk, admit, monkeypatch):
+@pytest.mark.parametrize("max_batch, chunk, admit, graph", [(512, 256, 1.0, False), (4, 2, 1.0, False),
+                                                            (4, 256, 0.5, False), (4, 256, 1.0, True)])
+def test_kept_caches_give_the_re_prefill_tokens_and_logprobs(tok, arch, max_batch, chunk, admit, graph, monkeypatch):
     """max_batch 4: rows in several batches (admit 1) or joining as cohorts (admit 0.5), so kept caches are read
-    into any of them; chunk 2: the cache grows while decoding. Two EOS tokens from the middle of the outputs: some
-    rows end early and leave the batch (their caches kept as they leave), others run to the budget."""
+    into any of them; chunk 2: the cache grows while decoding; graph: GraphCache's static step, whose finished rows
+    stay in the batch. Two EOS tokens from the middle of the outputs: some rows end early and leave the batch
+    (their caches kept as they leave), others run to the budget."""
     monkeypatch.setattr(engine_module, "CACHE_CHUNK", chunk)
     monkeypatch.setattr(engine_module, "ADMIT_FRACTION", admit)
+    if graph:
+        static_shapes(monkeypatch)
     model = model_of(tok, arch)
     plain = rounds(Refill(model, [10**6], tok.pad_token_id), keep=False)
     eos = sorted({plain[1].completion_ids[0][2], plain[2].completion_ids[5][3]})

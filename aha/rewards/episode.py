@@ -111,8 +111,9 @@ class ToolEfficiency(Reward):
     cut_is_failure, an episode that did not end by itself is not a success (nor counted in n).
 
     >>> eps = [{"calls": 2, "finish": "stop"}, {"calls": 4, "finish": "stop"}, {"calls": 1, "finish": "stop"}]
-    >>> [round(x, 4) for x in ToolEfficiency(3, success=lambda p, c, **k: [1, 1, 0])(None, [[]] * 3, episodes=eps)]
-    [1.0, 0.866, 0.0]
+    >>> scores = ToolEfficiency(3, success=lambda p, c, **k: (1, 1, 0))(None, ((),) * 3, episodes=eps)
+    >>> tuple(round(x, 4) for x in scores)
+    (1.0, 0.866, 0.0)
     """
 
     name = "tool_efficiency"

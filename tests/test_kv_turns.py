@@ -131,13 +131,25 @@ def test_the_caches_of_rows_that_ended_are_freed(tok):
     with engine.keep_caches():
         out = engine.generate(PROMPTS, 1, params)
         assert len(engine.kept) == 2  # at most max_batch rows' caches: the third row's is not kept
-        first = weakref.ref(next(iter(engine.kept.by_tokens.values())).k[0])
+        first = weakref.ref(next(iter(engine.kept.by_tail.values()))[0][1].k[0])
         engine.generate([PROMPTS[0] + out.completion_ids[0] + [11, 12]], 1, params)  # only the first row goes on
         gc.collect()
         assert len(engine.kept) == 1 and first() is None  # the last call's caches, read or not, are gone
         engine.update_weights(model, 1)
         assert len(engine.kept) == 0  # computed by the old weights
     assert engine.kept is None
+
+
+def test_a_kept_cache_is_found_by_the_longest_prefix_that_leaves_a_token_to_prefill():
+    kept, tail = engine_module.KeptCaches(8), engine_module.KeptCaches.TAIL
+    for tokens in ([1, 2, 3, 4, 5], [1, 2, 3], [9, 9], [0] * 10 + list(range(1, tail + 1)), [1, 2, 3]):
+        kept.put(tokens, [torch.tensor(len(tokens))], [])
+    assert len(kept) == 4  # the same tokens twice are kept once
+    length = lambda context: getattr(kept.find(context), "length", None)  # noqa: E731
+    assert length([1, 2, 3, 4, 5, 6]) == 5 and length([1, 2, 3, 4, 5]) == 3 and length([1, 2, 3, 7]) == 3
+    assert length([1, 2]) is None and length([9, 9]) is None and length([9, 9, 1]) == 2
+    assert length([5] * 10 + list(range(1, tail + 2))) is None  # the same last tokens after another start
+    assert length([0] * 10 + list(range(1, tail + 2))) == 10 + tail
 
 
 def add(a: int, b: int) -> int:

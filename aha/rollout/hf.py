@@ -555,26 +555,38 @@ class Kept:
 
 
 class KeptCaches:
-    """The caches of rows that ended, by the tokens they hold (`HFEngine.keep_caches`): at most `limit` rows."""
+    """The caches of rows that ended, by the tokens they hold (`HFEngine.keep_caches`): at most `limit` rows. Looked up
+    by length and last TAIL tokens (a few operations per kept length, not a pass over each prefix), then checked
+    token for token."""
+
+    TAIL = 8
 
     def __init__(self, limit: int):
-        self.limit, self.by_tokens = limit, {}
+        self.limit, self.count, self.by_tail = limit, 0, {}                      # (length, tail) -> [(tokens, Kept)]
+        self.lengths: list[int] | None = None                                   # kept lengths, longest first
 
     def __len__(self) -> int:
-        return len(self.by_tokens)
+        return self.count
 
     def full(self) -> bool:
-        return len(self.by_tokens) >= self.limit
+        return self.count >= self.limit
 
     def put(self, tokens: list[int], k: list[Tensor], v: list[Tensor]) -> None:
-        self.by_tokens[tuple(tokens)] = Kept(len(tokens), k, v)
+        n = len(tokens)
+        same = self.by_tail.setdefault((n, tuple(tokens[max(0, n - self.TAIL):])), [])
+        if all(tokens != other for other, _ in same):  # greedy samples of one prompt may hold the same tokens
+            same.append((tokens, Kept(n, k, v)))
+            self.count, self.lengths = self.count + 1, None
 
     def find(self, context: list[int]) -> Kept | None:
         """The longest kept cache of a prefix of `context` that leaves at least one token to prefill."""
-        for n in sorted({len(t) for t in self.by_tokens if len(t) < len(context)}, reverse=True):
-            hit = self.by_tokens.get(tuple(context[:n]))
-            if hit is not None:
-                return hit
+        if self.lengths is None:
+            self.lengths = sorted({n for n, _ in self.by_tail}, reverse=True)
+        for n in self.lengths:
+            if n < len(context):
+                for tokens, hit in self.by_tail.get((n, tuple(context[max(0, n - self.TAIL):n])), ()):
+                    if tokens == context[:n]:
+                        return hit
         return None
 
 

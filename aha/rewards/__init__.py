@@ -18,6 +18,7 @@ from .format import FormatGated, FormatReward, format_ok, format_reward
 from .language import LanguageConsistencyReward, language_consistency_reward
 from .length import LengthPenalty, SoftOverlongReward, length_penalty_reward, soft_overlong_reward
 from .maths import MathReward, answers_equal, extract_answer, math_reward
+from .models import JudgeReward, ModelReward, SequenceClassifierReward
 from .sandbox import Limits, SandboxResult, isolation, run_tests
 from .scoring import (check_columns, check_not_all_null, merge_reward_metrics, reward_name, score_completions,
                       score_groups)
@@ -36,6 +37,7 @@ REWARDS: dict[str, type | Callable] = {
     "tool_errors": ToolErrorPenalty,
     "tool_efficiency": ToolEfficiency,
     "cut_as_failure": CutAsFailure,
+    "judge": JudgeReward,
 }
 
 
@@ -66,4 +68,5 @@ __all__ = [
     "CodeReward", "code_reward", "extract_program", "parse_tests",
     "EndedReward", "ToolErrorPenalty", "ToolEfficiency", "CutAsFailure",
     "Limits", "SandboxResult", "isolation", "run_tests",
+    "ModelReward", "SequenceClassifierReward", "JudgeReward",
 ]

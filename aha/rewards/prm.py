@@ -7,14 +7,12 @@ default "\\n"), every piece tokenized on its own; a step's label is read at its 
 """
 from __future__ import annotations
 
-import json
-import threading
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from .base import Reward, completion_text
+from .base import completion_text
+from .models import ModelReward, check_head, padded
 from .steps import delimited_ends
 
 STEP_SEPARATOR = "\n"
@@ -23,8 +21,6 @@ SEPARATOR_KEY = "step_separator"
 """The key of a PRM's config.json that holds the separator it was trained with."""
 GOOD = 1
 """The label of a good step (TRL's labels: True -> 1)."""
-WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
-"""Where a sharded checkpoint lists its tensors by name."""
 
 
 def prompt_text(tokenizer, prompt: Any) -> str:
@@ -68,14 +64,6 @@ def prm_inputs(tokenizer, prompt: str, steps: list[str], separator: str) -> tupl
     return ids, positions
 
 
-def padded(rows: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-padded ids [n, L] and their attention mask [n, L]."""
-    width = max(map(len, rows))
-    ids = torch.tensor([r + [pad_id] * (width - len(r)) for r in rows], device=device)        # [n, L]
-    mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows], device=device)  # [n, L]
-    return ids, mask
-
-
 def step_logits(model, rows: list[list[int]], positions: list[list[int]], pad_id: int) -> list[torch.Tensor]:
     """The PRM's two logits at each row's label positions: one [steps, 2] tensor per row (one forward pass)."""
     from ..models.load import attention_kernels
@@ -100,75 +88,26 @@ def load_prm(name_or_path: str, dtype: str = "float32", device: str | None = Non
         raise ValueError(f"{what} {name_or_path!r}: {e}") from e
 
 
-def weight_names(name_or_path: str) -> set[str] | None:
-    """The names of the tensors a model directory (or a cached hub id) holds, read from its index or the headers of
-    its safetensors files (no tensor is loaded); None where there is nothing to read."""
-    from safetensors import safe_open
-
-    from ..models.load import resolve
-    path = Path(resolve(name_or_path))
-    if not path.is_dir():
-        from huggingface_hub import snapshot_download
-        try:
-            path = Path(snapshot_download(str(name_or_path), local_files_only=True))
-        except Exception:  # noqa: BLE001 - not in the cache: nothing to read
-            return None
-    for index in WEIGHT_INDEXES:
-        if (path / index).is_file():
-            return set(json.loads((path / index).read_text())["weight_map"])
-    files = sorted(path.glob("*.safetensors"))
-    if not files:
-        return None
-    names: set[str] = set()
-    for file in files:
-        with safe_open(file, framework="pt") as f:
-            names.update(f.keys())
-    return names
-
-
-def untrained_head(model, name_or_path: str) -> list[str]:
-    """The parameters of `model`'s head (those outside its base model) that its checkpoint does not hold: a head
-    from_pretrained initialised afresh, whose scores are noise. Every reward that holds a model checks this."""
-    prefix = model.base_model_prefix + "."
-    names = weight_names(name_or_path)
-    if names is None:
-        return []
-    return sorted(n for n, _ in model.named_parameters() if not n.startswith(prefix) and n not in names)
-
-
-class PRMReward(Reward):
+class PRMReward(ModelReward):
     """A PRM's P(good) of each step, as a step reward: per completion a list of (end, score), `end` the offset in
     the completion's text just after the step. Splits by `step_separator` (default: the one in the PRM's config,
-    else TRL's "\\n"); runs the PRM without gradients on `device`, `batch_size` completions per forward pass.
-    Steps past the PRM's context get no score (the list stops before them)."""
+    else TRL's "\\n"); runs the PRM on `device`, `batch_size` completions per forward pass (aha.rewards.models:
+    eval mode, no gradient, one call at a time). Steps past the PRM's context get no score (the list stops
+    before them)."""
 
     name = "prm"
 
     def __init__(self, model: str, step_separator: str | None = None, batch_size: int = 16,
                  device: str | None = None, dtype: str = "float32"):
-        super().__init__()
-        self.path, self.batch_size = model, batch_size
-        self.model, self.tokenizer = load_prm(model, dtype, device, what="prm_model")
-        self.model.eval()
-        saved_as = self.model.config.architectures or []
-        if saved_as and not any(a.endswith("ForTokenClassification") for a in saved_as):
-            raise ValueError(f"prm_model {model!r} is a {saved_as[0]}, not a token-classification PRM (train one from "
-                             "step labels with `aha prm`)")
-        missing = untrained_head(self.model, model)
-        if missing:
-            raise ValueError(f"prm_model {model!r} has no trained score head: {', '.join(missing)} not in its weights "
-                             f"(a {type(self.model).__name__} would start it from random values); train a PRM from "
-                             "step labels with `aha prm`")
-        if self.model.config.num_labels != 2:
-            raise ValueError(f"prm_model {model!r} has {self.model.config.num_labels} labels; a PRM has 2 (bad, good)")
-        self.step_separator = step_separator or getattr(self.model.config, SEPARATOR_KEY, None) or STEP_SEPARATOR
-        self.context = getattr(self.model.config, "max_position_embeddings", None)
-        self._lock = threading.Lock()  # one forward pass at a time (streamed rewards call from helper threads)
-
-    def to(self, device) -> "PRMReward":
-        """Run the PRM on `device` (the trainer's: the policy's)."""
-        self.model.to(device)
-        return self
+        self.path = model
+        prm, tokenizer = load_prm(model, dtype, device, what="prm_model")
+        check_head(prm, model, "ForTokenClassification", "token-classification PRM", "prm_model",
+                   "train a PRM from step labels with `aha prm`")
+        if prm.config.num_labels != 2:
+            raise ValueError(f"prm_model {model!r} has {prm.config.num_labels} labels; a PRM has 2 (bad, good)")
+        super().__init__(prm, tokenizer, batch_size)
+        self.step_separator = step_separator or getattr(prm.config, SEPARATOR_KEY, None) or STEP_SEPARATOR
+        self.context = getattr(prm.config, "max_position_embeddings", None)
 
     def _encode(self, prompt: Any, completion: Any) -> tuple[list[int], list[int], list[int]]:
         """(ids, label positions, step ends) of one completion; steps past the context are left out."""
@@ -178,18 +117,15 @@ class PRMReward(Reward):
         kept = [i for i, p in enumerate(positions) if self.context is None or p < self.context]
         return ids[:self.context], [positions[i] for i in kept], [steps[i][1] for i in kept]
 
-    @torch.no_grad()
-    def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[list[tuple[int, float]]]:
+    def score(self, prompts: list, completions: list) -> list[list[tuple[int, float]]]:
         encoded = [self._encode(p, c) for p, c in zip(prompts, completions)]
         out: list[list[tuple[int, float]]] = [[] for _ in encoded]
         todo = [i for i, (_, positions, _) in enumerate(encoded) if positions]
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        with self._lock:
-            for s in range(0, len(todo), self.batch_size):
-                part = todo[s:s + self.batch_size]
-                logits = step_logits(self.model, [encoded[i][0] for i in part], [encoded[i][1] for i in part], pad)
-                for i, row in zip(part, logits):
-                    good = torch.softmax(row.float(), dim=-1)[:, GOOD].tolist()          # [steps]
-                    out[i] = list(zip(encoded[i][2], good))
+        for part in self.batches(len(todo)):
+            rows = [todo[j] for j in part]
+            logits = step_logits(self.model, [encoded[i][0] for i in rows], [encoded[i][1] for i in rows], self.pad_id)
+            for i, row in zip(rows, logits):
+                good = torch.softmax(row.float(), dim=-1)[:, GOOD].tolist()              # [steps]
+                out[i] = list(zip(encoded[i][2], good))
         self.count("prm_steps", sum(len(o) for o in out))
         return out

@@ -28,7 +28,8 @@ from ..envs import Agent
 from ..envs.base import PLACEHOLDER_PROMPT
 from ..metrics import append_jsonl
 from ..models import context_length, disable_dropout, setup_model
-from ..rewards import check_columns, completion_text, get_reward, reward_name, score_groups
+from ..rewards import REWARDS, check_columns, completion_text, get_reward, reward_name, score_groups
+from ..rewards.models import ModelReward, SequenceClassifierReward, is_reward_model
 from ..rewards.prm import PRMReward
 from ..rollout import SamplingParams
 from ..rollout.experience import Experience, episode_inputs
@@ -85,9 +86,11 @@ def make_agent(args: GRPOConfig, tools: list | None, environment_factory) -> Age
     return Agent(tools, environment_factory, args.tool_timeout)
 
 
-def resolve_reward_funcs(specs: list, kwargs: dict | None = None) -> list[Callable]:
+def resolve_reward_funcs(specs: list, kwargs: dict | None = None, processing_classes=None) -> list[Callable]:
     """Callables pass through; names come from aha.rewards, built with their `kwargs[name]`; "module:function" is
-    imported. A `kwargs` entry that no name uses, or that is not a mapping, is an error."""
+    imported; a model (a hub id "org/name", a directory or a sequence-classification module) is TRL's reward
+    model, read with its entry of `processing_classes` (TRL's reward_processing_classes: one tokenizer, or one
+    per function; None: the model's own). A `kwargs` entry that no name uses, or that is not a mapping, is an error."""
     names = {spec for spec in specs if isinstance(spec, str) and ":" not in spec}
     for name, given in (kwargs or {}).items():
         if name not in names:
@@ -95,13 +98,16 @@ def resolve_reward_funcs(specs: list, kwargs: dict | None = None) -> list[Callab
                              f"{sorted(names) or 'none; a task builds its own rewards, set reward_funcs to choose'})")
         if not isinstance(given, dict):
             raise ValueError(f"reward_kwargs[{name!r}] must be a mapping of argument -> value, got {given!r}")
+    tokenizers = ([None] * len(specs) if processing_classes is None else list(processing_classes)
+                  if isinstance(processing_classes, (list, tuple)) else [processing_classes])
+    if len(tokenizers) != len(specs):
+        raise ValueError(f"{len(tokenizers)} reward_processing_classes for {len(specs)} reward functions (one per "
+                         "function; entries for functions that are not models are ignored)")
     out = []
-    for spec in specs:
-        if isinstance(spec, torch.nn.Module) or isinstance(spec, str) and "/" in spec and ":" not in spec:
-            raise TypeError(f"reward function {spec if isinstance(spec, str) else type(spec).__name__!r}: aha takes "
-                            "no reward models (TRL's model-id reward); wrap yours in a function "
-                            "f(prompts, completions, **kw) -> list[float] that runs it")
-        if callable(spec):
+    for spec, tokenizer in zip(specs, tokenizers):
+        if is_reward_model(spec) and not (isinstance(spec, str) and spec in REWARDS):
+            out.append(SequenceClassifierReward(spec, tokenizer))
+        elif callable(spec):
             out.append(spec)
         elif isinstance(spec, str) and ":" in spec:
             out.append(import_reward(spec))
@@ -123,19 +129,19 @@ class GRPOTrainer(Trainer):
     def __init__(self, model, reward_funcs=None, args: GRPOConfig | None = None, train_dataset=None,
                  eval_dataset=None, processing_class=None, callbacks=None, peft_config=None,
                  eval_fn: Callable[[object, object], dict] | None = None, engine_factory: Callable | None = None,
-                 tools: list[Callable] | None = None, environment_factory=None):
+                 tools: list[Callable] | None = None, environment_factory=None, reward_processing_classes=None):
         args = args or GRPOConfig()
         super().__init__(args, eval_fn, callbacks)
         seed_everything(args.seed)
         self.agent = make_agent(args, tools, environment_factory)
-        self.reward_funcs, self.reward_weights = self._rewards(reward_funcs)        # [F]
+        self.reward_funcs, self.reward_weights = self._rewards(reward_funcs, reward_processing_classes)  # [F]
         self.prompts = PromptSource(self._training_rows(train_dataset), self._prompt_column(), args.seed,
                                     args.shuffle_dataset, self.reward_funcs, args.balance_by)
         self.streaming = self.prompts.streaming
 
         self.model, self.tokenizer = setup_model(args, model, processing_class, peft_config)
-        if self.prm is not None:
-            self.prm.to(next(self.model.parameters()).device)
+        for held in (f for f in self.reward_funcs if isinstance(f, ModelReward)):  # a PRM, reward model or judge
+            held.to(next(self.model.parameters()).device)
         if args.disable_dropout:
             disable_dropout(self.model)
         if args.sync_ref_model and hasattr(self.model, "peft_config"):
@@ -165,12 +171,17 @@ class GRPOTrainer(Trainer):
             from ..dist import Pipeline
             self.pipeline = self.rollouts = self.updates = Pipeline(self.experience, self.learner)
 
-    def _rewards(self, reward_funcs) -> tuple[list[Callable], torch.Tensor]:
+    def _rewards(self, reward_funcs, processing_classes=None) -> tuple[list[Callable], torch.Tensor]:
         """The reward functions, then the PRM of prm_model (weight prm_weight), then each environment class's
         get_reward (weight 1: reward_weights weigh the reward_funcs only, as TRL's), and their weights [F]."""
         a = self.args
         given = [] if reward_funcs is None else reward_funcs if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
-        funcs = resolve_reward_funcs(given, a.reward_kwargs)
+        funcs = resolve_reward_funcs(given, a.reward_kwargs, processing_classes)
+        held = [reward_name(f) for f in funcs if isinstance(f, ModelReward)]
+        if held and a.num_reward_workers:
+            raise ValueError(f"reward model {held[0]} runs in the driver on the policy's device, as prm_model does: "
+                             "set num_reward_workers=0 (reward workers are one-CPU actors without a GPU, and each "
+                             "would hold its own copy of the model)")
         w = a.reward_weights or [1.0] * len(funcs)
         if len(w) != len(funcs):
             raise ValueError(f"{len(w)} reward_weights for {len(funcs)} reward functions" + (

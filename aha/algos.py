@@ -466,25 +466,55 @@ def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor
     return loss, stats
 
 
-def behaviour_weights(prox_logp: Tensor, behav_logp: Tensor, stale: Tensor, cap: float
-                      ) -> tuple[Tensor, Tensor]:
-    """Off-policy correction for tokens sampled by older weights, per token [N,T], and where the cap bit.
+IS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+"""How a behaviour weight is taken (TRL's vllm_importance_sampling_mode): per token or one per sequence (the product
+of its tokens' ratios), and out-of-bounds weights truncated to the bounds or masked to 0."""
 
-    Decoupled PPO (Hilton et al. 2022, "Batch size-invariance for policy optimization"; used for
-    asynchronous RL by AReaL, Fu et al. 2025): the clipped ratio is taken against the proximal policy
-    (the weights at update time, `prox_logp`), and the surrogate is re-weighted by pi_prox / mu, where mu
-    is the behaviour policy that sampled the token (`behav_logp`, recorded by the rollout worker). The
-    weight is truncated at `cap` (truncated importance sampling, as in verl's TIS) so a token the old
-    policy sampled by luck cannot dominate. Tokens that are not `stale` (sampled by the current weights)
-    get weight exactly 1.
-    Example: prox log 0.5, behav log 0.25 -> 2.0, capped at 1.5 -> 1.5 (clipped); not stale -> 1.0.
+
+def behaviour_weights(prox_logp: Tensor, behav_logp: Tensor, mask: Tensor, mode: str = "token_truncate",
+                      low: float | None = None, high: float | None = None) -> tuple[Tensor, Tensor]:
+    """The weight pi_prox / mu of the tokens of `mask`, [N,T] (exactly 1 elsewhere, no gradient), and where it fell
+    outside [low, high] (a None bound: none on that side).
+
+    mu is the policy as the engine that sampled the token saw it (`behav_logp`, recorded at sampling time), pi_prox
+    the learner's log-probs at the weights the update starts from (`prox_logp`). One formula for two corrections:
+    tokens sampled by older weights (decoupled PPO, Hilton et al. 2022, as AReaL; token_truncate at
+    off_policy_is_cap, truncated IS as verl's TIS) and the engine-learner mismatch of tokens sampled by the current
+    weights (TRL's vllm_importance_sampling_correction: `mode` from IS_MODES). A sequence mode's ratio is
+    exp(sum over its tokens of log pi_prox - log mu), the same on each of its tokens; truncate clamps the ratio to
+    the bounds, mask sets it to 0 outside them. Log-ratios are clamped to +-LOG_RATIO_CLAMP before exp.
+    Example: token ratios [2.0, 0.5, 3.0], high 2.5 -> token_truncate [2.0, 0.5, 2.5], token_mask [2.0, 0.5, 0];
+    sequence ratio 2 x 0.5 x 3 = 3.0 -> sequence_truncate 2.5 on each, sequence_mask 0 on each.
     """
     N, T = prox_logp.shape
-    assert behav_logp.shape == (N, T) and stale.shape == (N, T), (prox_logp.shape, behav_logp.shape, stale.shape)
-    raw = torch.exp((prox_logp - behav_logp).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))  # [N,T]
-    stale = stale.bool()                                                               # [N,T]
-    weights = torch.where(stale, raw.clamp(max=cap), torch.ones_like(raw))              # [N,T]
-    return weights.detach(), stale & (raw > cap)
+    assert behav_logp.shape == (N, T) and mask.shape == (N, T), (prox_logp.shape, behav_logp.shape, mask.shape)
+    if mode not in IS_MODES:
+        raise ValueError(f"unknown importance sampling mode '{mode}'; valid: {sorted(IS_MODES)}")
+    level, _, constraint = mode.partition("_")
+    mask = mask.bool()                                                                 # [N,T]
+    log_rho = torch.where(mask, prox_logp - behav_logp, torch.zeros_like(prox_logp))   # [N,T] 0 outside the mask
+    if level == "sequence":
+        log_rho = log_rho.sum(-1, keepdim=True).expand(N, T)                           # [N,T]
+    rho = torch.exp(log_rho.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)).detach()         # [N,T]
+    lo, hi = -math.inf if low is None else low, math.inf if high is None else high
+    outside = mask & ((rho < lo) | (rho > hi))                                         # [N,T]
+    kept = rho.clamp(lo, hi) if constraint == "truncate" else rho.masked_fill(outside, 0.0)  # [N,T]
+    return torch.where(mask, kept, torch.ones_like(kept)), outside
+
+
+def off_policy_sequence_mask(adv: Tensor, logp: Tensor, sampled_logp: Tensor, mask: Tensor, threshold: float
+                             ) -> Tensor:
+    """DeepSeek-V3.2's off-policy sequence mask (arXiv 2512.02556, eq. 9; TRL's off_policy_mask_threshold): a token
+    is dropped (0) where its advantage is negative and its sequence's mean of log mu - log pi over the tokens of
+    `mask` (mu the sampling policy, pi the current one, no gradient) exceeds `threshold`; else kept (1). [N,T].
+    Example: log mu - log pi [0.6, 0.8] -> mean 0.7 > 0.5: dropped where A < 0, kept where A >= 0."""
+    N, T = logp.shape
+    assert sampled_logp.shape == (N, T) and mask.shape == (N, T)
+    mask = mask.to(logp.dtype)                                                          # [N,T]
+    kl = ((sampled_logp - logp.detach()) * mask).sum(-1, keepdim=True)                # [N,1]
+    kl = kl / mask.sum(-1, keepdim=True).clamp(min=1)                                   # [N,1] the sequence's mean
+    keep = (adv >= 0) | (kl <= threshold)                                               # [N,1] or [N,T]
+    return keep.to(logp.dtype).expand(N, T)                                             # [N,T]
 
 
 # ---------------------------------------------------------------- KL to the reference

@@ -117,9 +117,18 @@ class LossSums:
     is_weight: float = 0.0     # token sum of their behaviour weights
     is_clipped: float = 0.0    # stale tokens whose weight hit off_policy_is_cap
     is_max: float = 0.0        # largest behaviour weight (a max, not a sum)
+    fresh_tokens: float = 0.0  # tokens sampled by the current weights, with the engine's log-prob
+    mismatch_kl: float = 0.0   # their token sum of the k3 estimate of KL(mu || pi), mu the engine's, pi the learner's
+    mismatch_ratio: float = 0.0  # their token sum of pi / mu
+    mismatch_max: float = 0.0  # their largest |log pi - log mu| (a max, not a sum)
+    is_corrected: float = 0.0  # tokens whose weight vllm_importance_sampling_correction truncated or masked
+    seq_masked: float = 0.0    # tokens off_policy_mask_threshold dropped
+
+    MAXIMA = ("is_max", "mismatch_max")
+    """Fields that are maxima: added by max, and across ranks by a MAX reduction."""
 
     def __add__(self, other: "LossSums") -> "LossSums":
-        return LossSums(*(max(getattr(self, f.name), getattr(other, f.name)) if f.name == "is_max"
+        return LossSums(*(max(getattr(self, f.name), getattr(other, f.name)) if f.name in self.MAXIMA
                           else getattr(self, f.name) + getattr(other, f.name) for f in dataclasses.fields(self)))
 
     def as_tensor(self) -> Tensor:

@@ -248,7 +248,7 @@ def test_behaviour_weights_hand_computed():
     prox = torch.log(torch.tensor([[0.5, 0.2, 0.9], [0.5, 0.5, 0.5]]))
     behav = torch.log(torch.tensor([[0.25, 0.4, 0.3], [0.1, 0.1, 0.1]]))
     stale = torch.tensor([[True, True, True], [False, False, False]])
-    w, capped = algos.behaviour_weights(prox, behav, stale, cap=2.5)
+    w, capped = algos.behaviour_weights(prox, behav, stale, high=2.5)
     # row 0: 0.5/0.25 = 2.0; 0.2/0.4 = 0.5; 0.9/0.3 = 3.0 -> capped at 2.5. Row 1 was sampled by the current weights.
     torch.testing.assert_close(w, torch.tensor([[2.0, 0.5, 2.5], [1.0, 1.0, 1.0]]), rtol=0, atol=1e-6)
     assert capped.tolist() == [[False, False, True], [False, False, False]]

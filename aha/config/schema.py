@@ -198,7 +198,8 @@ class GRPOConfig(TrainConfig):
     another, a rare value's rows repeating sooner, each value's rows in a seeded order of their own. Not with a
     streaming dataset."""
     reward_funcs: list[str] = field(default_factory=list)
-    """Reward names from aha.rewards (math, format, ...) or module:function (overrides the task's)."""
+    """Reward names from aha.rewards (math, format, judge, ...), module:function, or a reward model's hub id or
+    directory, as TRL's (overrides the task's)."""
     reward_kwargs: dict[str, Any] = field(default_factory=dict)
     """Per-reward constructor arguments, e.g. {math: {answer_column: gold}}."""
     reward_weights: Optional[list[float]] = None
@@ -236,6 +237,21 @@ class GRPOConfig(TrainConfig):
     """Cap on the unclipped ratio (two-sided clipping); None = off."""
     importance_sampling_level: Literal["token", "sequence"] = "token"
     """token: PPO/GRPO ratios; sequence: GSPO's geometric-mean sequence ratio."""
+    vllm_importance_sampling_correction: bool = False
+    """TRL's name, applied to aha's engine: weight each token's loss by pi_old/mu, mu the engine's log-prob of it at
+    sampling time, to correct the engine-learner mismatch (off: aha's engine samples with the learner's own weights
+    and code; mismatch/* is logged either way)."""
+    vllm_importance_sampling_mode: Literal["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"] = \
+        "sequence_mask"
+    """The correction's weight per token or per sequence (the product of its token ratios), truncated to the bounds or
+    set to 0 outside them (TRL's)."""
+    vllm_importance_sampling_clip_max: Optional[float] = 3.0
+    """The correction's upper bound (None: none)."""
+    vllm_importance_sampling_clip_min: Optional[float] = None
+    """The correction's lower bound (None: none)."""
+    off_policy_mask_threshold: Optional[float] = None
+    """DeepSeek-V3.2's off-policy sequence mask: drop negative-advantage sequences whose mean log mu - log pi exceeds
+    it (None: off)."""
     advantage_estimator: str = "grpo"
     """grpo (group std), dr_grpo (no std), batch (std of the centred rewards over the batch, REINFORCE++),
     batch_rewards (std of the batch's rewards, TRL's scale_rewards=batch), rloo (leave-one-out), grpo_process
@@ -482,6 +498,7 @@ class GRPOConfig(TrainConfig):
             "entropy_coef_delta": (finite(non_negative), ">= 0"),
             "sapo_temperature_pos": (finite(positive), "> 0"),
             "sapo_temperature_neg": (finite(positive), "> 0")})
+        self._check_behaviour_weights()
         if self.loss_type == "cispo" and self.epsilon_high is None:
             raise ConfigError("loss_type=cispo caps the importance weight at epsilon_high (its eps_max; ScaleRL uses 5): "
                               "set it (TRL falls back to epsilon, which caps every weight below 1)")
@@ -493,6 +510,24 @@ class GRPOConfig(TrainConfig):
             self.advantage_estimator = "gdpo"
         if self.use_adaptive_entropy and self.entropy_coef_min > self.entropy_coef_max:
             raise ConfigError(f"entropy_coef_min {self.entropy_coef_min} > entropy_coef_max {self.entropy_coef_max}")
+
+    def _check_behaviour_weights(self) -> None:
+        """The engine-mismatch correction's bounds and the off-policy mask's threshold, as TRL checks them."""
+        require_all(self, {
+            "vllm_importance_sampling_clip_max": (lambda v: v is None or finite(positive)(v), "> 0 or null"),
+            "vllm_importance_sampling_clip_min": (lambda v: v is None or finite(non_negative)(v), ">= 0 or null"),
+            "off_policy_mask_threshold": (lambda v: v is None or finite(positive)(v), "> 0 or null")})
+        low, high = self.vllm_importance_sampling_clip_min, self.vllm_importance_sampling_clip_max
+        if low is not None and high is not None and low >= high:
+            raise ConfigError(f"vllm_importance_sampling_clip_min {low} must be below "
+                              f"vllm_importance_sampling_clip_max {high}")
+        if self.vllm_importance_sampling_correction and self.loss_type == "vespo":
+            raise ConfigError("loss_type=vespo with vllm_importance_sampling_correction: TRL folds the correction into "
+                              "VESPO's sequence weight, aha does not: turn the correction off")
+        if self.vllm_importance_sampling_correction and self.vllm_importance_sampling_mode.endswith("truncate") \
+                and low is None and high is None:
+            raise ConfigError(f"vllm_importance_sampling_mode={self.vllm_importance_sampling_mode} truncates to "
+                              "bounds: set vllm_importance_sampling_clip_max or _clip_min")
 
     def _check_batch(self) -> None:
         """generation_batch_size (derived when unset) against the group size, the minibatch and the engine's batch."""

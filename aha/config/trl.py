@@ -33,6 +33,11 @@ def _disable_tqdm(value: Any, kwargs: dict) -> dict:
     return {} if value is None else {"progress_bar": not value}
 
 
+def _is_cap(value: Any, kwargs: dict) -> dict:
+    """vllm_importance_sampling_clip_max (TRL's deprecated name for it; None: unchanged)."""
+    return {} if value is None else {"vllm_importance_sampling_clip_max": value}
+
+
 def _eval_strategy(value: Any, kwargs: dict) -> dict:
     """'steps' without eval_steps evaluates every logging_steps steps, as transformers does; 'no' never."""
     if value in ("no", "none", None):
@@ -51,6 +56,7 @@ ALIASES: dict[str, Callable[[Any, dict], dict]] = {
     "eval_strategy": _eval_strategy,
     "evaluation_strategy": _eval_strategy,
     "disable_tqdm": _disable_tqdm,
+    "vllm_importance_sampling_cap": _is_cap,
 }
 """TRL name -> function(value, all given values) -> aha fields to set."""
 
@@ -71,7 +77,6 @@ UNSUPPORTED: dict[str, str] = {
     "trust_remote_code": "models load with transformers' own code: use a model whose architecture transformers has",
     "router_aux_loss_coef": "aha adds no mixture-of-experts router loss",
     "num_generations_eval": "evaluation decodes one greedy completion per prompt",
-    "off_policy_mask_threshold": "there is no off-policy sequence mask; stale tokens are reweighted (off_policy_is_cap)",
     "log_unique_prompts": "report_to=wandb logs every completion of a logged step as a table",
     "log_completions_hub_repo": "completions go to output_dir/completions.jsonl: upload that file",
     "use_transformers_continuous_batching": "aha's own engine (engine=hf) batches continuously with its KV cache",
@@ -169,7 +174,7 @@ ALREADY: dict[str, tuple] = {
     "optim": ("adamw_torch", "adamw_torch_fused"), "max_prompt_length": (None,), "steps_per_generation": (None,),
     "model_init_kwargs": (None,), "use_liger_loss": (False, None), "min_p": (None,), "repetition_penalty": (1.0, 1),
     "generation_kwargs": (None,), "trust_remote_code": (False,),
-    "router_aux_loss_coef": (None, 0, 0.0), "num_generations_eval": (None,), "off_policy_mask_threshold": (None,),
+    "router_aux_loss_coef": (None, 0, 0.0), "num_generations_eval": (None,),
     "log_unique_prompts": (False,), "wandb_log_unique_prompts": (False,),
     "log_completions_hub_repo": (None,), "use_transformers_continuous_batching": (False,),
     "transformers_continuous_batching_config": (None,), "use_transformers_paged": (False,),

@@ -50,7 +50,7 @@ class Generation:
         """(model, tokenizer, max_batch) -> an Engine; rollout workers build theirs with it too."""
         self.engine = self.engine_factory(model, tokenizer, args.generation_max_batch)
         self.sampling = SamplingParams(args.temperature, args.top_p, args.top_k, args.max_completion_length,
-                                       logprobs=args.max_staleness > 0)
+                                       logprobs=True)  # behaviour log-probs: staleness, mismatch/*
         self.chat = None
         if agent is not None:
             from ..data.toolcalls import ToolChat

@@ -243,6 +243,14 @@ class Learner:
                             "offpolicy/is_weight_max": sums.is_max,
                             "offpolicy/is_clipped_frac": sums.is_clipped / sums.stale_tokens,
                             "offpolicy/stale_token_frac": sums.stale_tokens / per_token})
+        if sums.fresh_tokens:  # the engine's log-probs against the learner's, at the weights that sampled
+            metrics.update({"mismatch/kl": sums.mismatch_kl / sums.fresh_tokens,
+                            "mismatch/is_ratio_mean": sums.mismatch_ratio / sums.fresh_tokens,
+                            "mismatch/logp_diff_max": sums.mismatch_max})
+        if self.args.vllm_importance_sampling_correction:
+            metrics["mismatch/corrected_frac"] = sums.is_corrected / per_token
+        if self.args.off_policy_mask_threshold is not None:
+            metrics["offpolicy/seq_masked_frac"] = sums.seq_masked / per_token
         return sums, metrics
 
     def _idle_step(self, batch: GRPOBatch, i: int) -> LossSums:
@@ -272,11 +280,12 @@ class Learner:
         if self.world == 1:
             return sums
         total = sums.as_tensor()
-        peak = torch.tensor([sums.is_max], dtype=torch.float64)
+        peak = torch.tensor([getattr(sums, name) for name in LossSums.MAXIMA], dtype=torch.float64)
         torch.distributed.all_reduce(total)
         torch.distributed.all_reduce(peak, op=torch.distributed.ReduceOp.MAX)
         out = LossSums.from_tensor(total)
-        out.is_max = float(peak)
+        for name, value in zip(LossSums.MAXIMA, peak.tolist()):
+            setattr(out, name, value)
         return out
 
     def _micro_step(self, batch: GRPOBatch, ids: list[int], keep: Tensor, old: list[Tensor] | None,
@@ -302,15 +311,15 @@ class Learner:
         if a.top_entropy_quantile < 1.0:  # the policy term on high-entropy tokens only; KL still on all
             kept = algos.high_entropy_mask(ent, mask, a.top_entropy_quantile)        # [n,T]
             loss_tok = loss_tok * kept
-        off = LossSums()
-        stale = (batch.versions[ids] < self.version).to(logp.device)                 # [n]
-        if batch.behaviour_logprobs is not None and bool(stale.any()):  # sampled by older weights
-            stale_tok = mask.bool() & stale.unsqueeze(-1)                             # [n,T]
-            w, capped = algos.behaviour_weights(old_lp, stack([batch.behaviour_logprobs[i] for i in ids]),
-                                                stale_tok, a.off_policy_is_cap)     # [n,T]
+        behav = None if batch.behaviour_logprobs is None else stack([batch.behaviour_logprobs[i] for i in ids])  # [n,T]
+        w, off = self._behaviour(behav, old_lp, mask, batch.versions[ids] < self.version)
+        if w is not None:  # pi_prox/mu: tokens sampled by older weights, or the engine-learner mismatch
             loss_tok = loss_tok * w
-            off = LossSums(stale_tokens=float(stale_tok.sum()), is_weight=float(w[stale_tok].sum()),
-                           is_clipped=float(capped.sum()), is_max=float(w[stale_tok].max()))
+        if a.off_policy_mask_threshold is not None:  # the sampling policy: the engine's log-probs where recorded
+            seq_keep = algos.off_policy_sequence_mask(adv, logp, old_lp if behav is None else behav, mask,
+                                                      a.off_policy_mask_threshold)  # [n,T]
+            loss_tok = loss_tok * seq_keep
+            off.seq_masked = float(((1 - seq_keep) * mask).sum())
         kl_sum, kl = 0.0, None
         if ref is not None:
             kl = algos.kl_penalty(a.kl_estimator, logp, stack([ref[i] for i in ids]))  # [n,T]
@@ -331,6 +340,38 @@ class Learner:
                               clip_high=float((clip["clip/high"] * mask).sum()),
                               processed=sum(map(len, {tuple(q) for q in p} if self.passes.share else p))
                               + sum(map(len, comps)))
+
+    def _behaviour(self, behav: Tensor | None, prox: Tensor, mask: Tensor, stale: Tensor
+                   ) -> tuple[Tensor | None, LossSums]:
+        """The behaviour weight pi_prox/mu of each token, [n,T] (None: 1 everywhere), and its sums, by one formula
+        (algos.behaviour_weights): with vllm_importance_sampling_correction every token's, by its mode and bounds; else
+        the stale tokens' only (sampled by older weights, `stale` [n]), truncated at off_policy_is_cap. The mismatch of
+        the tokens sampled by the current weights (engine against learner, same weights) is measured either way."""
+        a = self.args
+        if behav is None:
+            if a.vllm_importance_sampling_correction:
+                raise ValueError(f"vllm_importance_sampling_correction needs the engine's log-probs, and engine "
+                                 f"{a.engine!r} recorded none")
+            return None, LossSums()
+        on = mask.bool()                                                              # [n,T]
+        stale_tok = on & stale.to(on.device).unsqueeze(-1)                            # [n,T]
+        fresh = on & ~stale_tok                                                       # [n,T]
+        diff = (prox - behav)[fresh]                                                  # [k] log pi - log mu
+        sums = LossSums(fresh_tokens=float(fresh.sum()), mismatch_kl=float(algos.kl_k3(behav, prox)[fresh].sum()),
+                        mismatch_ratio=float(diff.clamp(-algos.LOG_RATIO_CLAMP, algos.LOG_RATIO_CLAMP).exp().sum()),
+                        mismatch_max=float(diff.abs().max()) if diff.numel() else 0.0)
+        if a.vllm_importance_sampling_correction:
+            w, hit = algos.behaviour_weights(prox, behav, on, a.vllm_importance_sampling_mode,
+                                             a.vllm_importance_sampling_clip_min, a.vllm_importance_sampling_clip_max)
+            sums.is_corrected = float(hit.sum())
+        elif bool(stale_tok.any()):
+            w, hit = algos.behaviour_weights(prox, behav, stale_tok, "token_truncate", None, a.off_policy_is_cap)
+        else:
+            return None, sums
+        if bool(stale_tok.any()):
+            sums = sums + LossSums(stale_tokens=float(stale_tok.sum()), is_weight=float(w[stale_tok].sum()),
+                                   is_clipped=float(hit[stale_tok].sum()), is_max=float(w[stale_tok].max()))
+        return w, sums
 
     def _logprobs(self, model, prompts, comps, with_entropy=False):
         return completion_logprobs(model, prompts, comps, self.pad_id, self.args.temperature, with_entropy,

@@ -177,7 +177,7 @@ def test_scores_are_the_logit_at_the_last_token_whatever_the_batching(policy, sc
     batched = SequenceClassifierReward(scorer, tok, batch_size=3)([PROMPT] * 7, answers)  # passes of 3, 3 and 1
     alone = []
     for a in answers:
-        ids = torch.tensor([tok(reward_text(tok, PROMPT, a), add_special_tokens=False)["input_ids"]])
+        ids = torch.tensor([tok(reward_text(tok, PROMPT, a), add_special_tokens=False)["input_ids"]], device=scorer.device)
         with torch.no_grad():
             alone.append(scorer(input_ids=ids).logits[0, 0].item())  # unpadded: read at its last token
     assert batched == pytest.approx(alone, abs=1e-5)

@@ -16,13 +16,14 @@ from aha.rewards.models import ModelReward, first_number, padded, reward_text
 PROMPT = [{"role": "user", "content": "say something"}]
 STEPS = 20
 EOS_BIAS = 0.2
-"""The policy's EOS logit per unit of its constant embedding feature: about one completion in three stops before
-max_completion_length, so lengths spread within a group and a length preference has something to act on."""
+"""The policy's EOS logit per unit of its constant embedding feature: some completions stop before
+max_completion_length (with a constant reward the mean is 13-16 of 16 tokens a step), so lengths spread within a
+group and a length preference has something to act on."""
 
 
 def _tiny_gpt2(tok, head, seed: int = 0, labels: int = 1):
     """A one-layer GPT-2 on the policy's tokenizer: learned absolute positions let it read a text's length at its
-    last token in a few hundred updates, as a tiny RoPE model cannot."""
+    last token in 150 updates (a RoPE model would have to learn to count)."""
     from transformers import GPT2Config, GPT2ForSequenceClassification, GPT2LMHeadModel
     config = GPT2Config(vocab_size=len(tok), n_positions=256, n_embd=32, n_layer=1, n_head=2, num_labels=labels,
                         pad_token_id=tok.pad_token_id, bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id)
@@ -33,8 +34,9 @@ def _tiny_gpt2(tok, head, seed: int = 0, labels: int = 1):
 def _completions(tok, rng: random.Random, n: int, most: int = 32) -> list[list[dict]]:
     """n assistant messages of 0 to `most` random tokens, as the random policy writes them (twice its longest: a
     byte token that decodes to U+FFFD takes three tokens when the text is encoded again)."""
-    return [[{"role": "assistant", "content": tok.decode([rng.randrange(7, len(tok)) for _ in range(rng.randrange(most + 1))])}]
-            for _ in range(n)]
+    def text():
+        return tok.decode([rng.randrange(7, len(tok)) for _ in range(rng.randrange(most + 1))])
+    return [[{"role": "assistant", "content": text()}] for _ in range(n)]
 
 
 @contextlib.contextmanager
@@ -65,7 +67,7 @@ def _fit(model, pool: list, loss, steps: int = 150, lr: float = 1e-2):
 @pytest.fixture(scope="module")
 def policy(tmp_path_factory):
     """The tiny Llama of tiny.py with an untied head and one embedding feature constant, on which the EOS row of the
-    head reads EOS_BIAS: completions of 1 to 16 tokens, a third of them cut at 16."""
+    head reads EOS_BIAS: most completions are cut at 16 tokens, some end sooner."""
     from aha.models.tiny import build_model, save_pretrained_dir, train_tokenizer
     from aha.tasks import task_corpus
     from aha.tasks.arithmetic import make_addition
@@ -105,7 +107,8 @@ def judge(policy):
 
     def example(answer):
         digit = max(0, 9 - len(tok(answer[0]["content"], add_special_tokens=False)["input_ids"]) // 2)
-        return reward.judge_ids(PROMPT, answer), tok(str(digit), add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        reply = tok(str(digit), add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        return reward.judge_ids(PROMPT, answer), reply
 
     def loss(examples):
         ids, mask = padded([p + r for p, r in examples], tok.pad_token_id, "cpu")
@@ -145,7 +148,8 @@ def _shortened(trained: list[float], constant: list[float]) -> float:
 
 def test_the_trained_scorer_and_judge_prefer_the_shorter_answer(policy, scorer, judge):
     reward = SequenceClassifierReward(scorer, policy[1])
-    answers = [[{"role": "assistant", "content": ""}], [{"role": "assistant", "content": "1 plus 2 is 3, 4 plus 5 is 9"}]]
+    answers = [[{"role": "assistant", "content": ""}],
+               [{"role": "assistant", "content": "1 plus 2 is 3, 4 plus 5 is 9"}]]
     short, long = reward([PROMPT, PROMPT], answers)
     assert short > long
     short, long = judge([PROMPT, PROMPT], answers)
@@ -177,7 +181,8 @@ def test_scores_are_the_logit_at_the_last_token_whatever_the_batching(policy, sc
     batched = SequenceClassifierReward(scorer, tok, batch_size=3)([PROMPT] * 7, answers)  # passes of 3, 3 and 1
     alone = []
     for a in answers:
-        ids = torch.tensor([tok(reward_text(tok, PROMPT, a), add_special_tokens=False)["input_ids"]], device=scorer.device)
+        row = tok(reward_text(tok, PROMPT, a), add_special_tokens=False)["input_ids"]
+        ids = torch.tensor([row], device=scorer.device)
         with torch.no_grad():
             alone.append(scorer(input_ids=ids).logits[0, 0].item())  # unpadded: read at its last token
     assert batched == pytest.approx(alone, abs=1e-5)
@@ -190,8 +195,8 @@ def test_a_reward_model_by_directory_is_loaded_and_named_as_trls(policy, scorer,
     (loaded,) = resolve_reward_funcs([str(tmp_path / "short-rm")])
     assert isinstance(loaded, SequenceClassifierReward) and loaded.__name__ == "short-rm"  # TRL: the id's last part
     answers = _completions(policy[1], random.Random(2), 4)
-    assert loaded([PROMPT] * 4, answers) == pytest.approx(SequenceClassifierReward(scorer, policy[1])([PROMPT] * 4,
-                                                                                                       answers), abs=1e-6)
+    in_memory = SequenceClassifierReward(scorer, policy[1])([PROMPT] * 4, answers)
+    assert loaded([PROMPT] * 4, answers) == pytest.approx(in_memory, abs=1e-6)
 
 
 def _without_architectures(src, dst):
@@ -250,7 +255,8 @@ def test_the_judges_prompt_and_parser_are_its_own(policy):
     replies = []
     judge = JudgeReward(_tiny_gpt2(tok, "lm"), tok, prompt="Q: {prompt}\nA: {completion}\nScore:", max_new_tokens=3,
                         parse=lambda reply: replies.append(reply) or (None if len(replies) == 1 else 0.5))
-    assert tok.decode(judge.judge_ids("2+2", "4")) == "<|im_start|>user\nQ: 2+2\nA: 4\nScore:<|im_end|>\n<|im_start|>assistant\n"
+    assert tok.decode(judge.judge_ids("2+2", "4")) == (
+        "<|im_start|>user\nQ: 2+2\nA: 4\nScore:<|im_end|>\n<|im_start|>assistant\n")
     values, metrics = score_completions([judge], ["2+2", "3+3"], ["4", "6"], {})
     assert len(replies) == 2 and torch.isnan(values[0, 0]) and values[1, 0] == 0.5  # None: excluded, not a score
     assert metrics["reward/unparsed"] == 1.0  # the judge's counter, as every reward's

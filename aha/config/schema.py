@@ -198,7 +198,7 @@ class GRPOConfig(TrainConfig):
     another, a rare value's rows repeating sooner, each value's rows in a seeded order of their own. Not with a
     streaming dataset."""
     reward_funcs: list[str] = field(default_factory=list)
-    """Reward names from aha.rewards (math, format, judge, ...), module:function, or a reward model's hub id or
+    """Reward names from aha.rewards (math, format, ...), module:function, or a reward model's hub id or
     directory, as TRL's (overrides the task's)."""
     reward_kwargs: dict[str, Any] = field(default_factory=dict)
     """Per-reward constructor arguments, e.g. {math: {answer_column: gold}}."""

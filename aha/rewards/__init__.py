@@ -37,7 +37,6 @@ REWARDS: dict[str, type | Callable] = {
     "tool_errors": ToolErrorPenalty,
     "tool_efficiency": ToolEfficiency,
     "cut_as_failure": CutAsFailure,
-    "judge": JudgeReward,
 }
 
 

@@ -243,10 +243,11 @@ class Learner:
                             "offpolicy/is_weight_max": sums.is_max,
                             "offpolicy/is_clipped_frac": sums.is_clipped / sums.stale_tokens,
                             "offpolicy/stale_token_frac": sums.stale_tokens / per_token})
-        if sums.fresh_tokens:  # the engine's log-probs against the learner's, at the weights that sampled
-            metrics.update({"mismatch/kl": sums.mismatch_kl / sums.fresh_tokens,
-                            "mismatch/is_ratio_mean": sums.mismatch_ratio / sums.fresh_tokens,
-                            "mismatch/logp_diff_max": sums.mismatch_max})
+        if sums.fresh_tokens or not sums.tokens:  # the engine's log-probs against the learner's, same weights
+            fresh = sums.fresh_tokens or math.nan  # nothing trained: nothing measured, NaN
+            metrics.update({"mismatch/kl": sums.mismatch_kl / fresh,
+                            "mismatch/is_ratio_mean": sums.mismatch_ratio / fresh,
+                            "mismatch/logp_diff_max": sums.mismatch_max if sums.fresh_tokens else math.nan})
         if self.args.vllm_importance_sampling_correction:
             metrics["mismatch/corrected_frac"] = sums.is_corrected / per_token
         if self.args.off_policy_mask_threshold is not None:

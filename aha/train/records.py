@@ -122,6 +122,8 @@ class GroupRecorder:
                 ep = batch.episodes[i]
                 seqs[-1].update({"prompt": ep["prompt"], "turns": ep["turns"], "finish": ep["finish"]})
                 seqs[-1]["tokens"]["model"] = batch.loss_mask[i].tolist()
-        return {"step": step, "group": g, "prompt": batch.rows[g]["prompt"], "answer": batch.rows[g].get("answer"),
+        # a row an environment writes the prompt for (reset's text) has none: the group shows its first episode's
+        prompt = batch.rows[g].get("prompt", seqs[0].get("prompt"))
+        return {"step": step, "group": g, "prompt": prompt, "answer": batch.rows[g].get("answer"),
                 "reward_names": names, "mean": _short([float(stats.mean)])[0], "std": _short([float(stats.std)])[0],
                 "completions": seqs}

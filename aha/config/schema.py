@@ -374,6 +374,9 @@ class GRPOConfig(TrainConfig):
     """Train on this share of each step's groups (at least one), those whose rewards spread most (largest std;
     RAGEN's rollout filter, arXiv 2504.20073), after dynamic sampling; the others are left out of the update, KL term
     included (1: keep every group)."""
+    replay_buffer_size: int = 0
+    """TRL's GRPOWithReplayBuffer: keep this many past groups whose rewards spread most, and replace each group
+    of a step whose rewards are all equal by one drawn from them (0: off; TRL's default 64)."""
     # Agents: tools and environments with TRL's contract (aha.envs). From Python, GRPOTrainer(tools=[...],
     # environment_factory=...) takes the objects themselves.
     tools: list[str] = field(default_factory=list)
@@ -431,6 +434,7 @@ class GRPOConfig(TrainConfig):
         require_all(self, {
             "dynamic_sampling_max_rounds": (non_negative, ">= 0"),
             "keep_groups_by_std": (lambda v: 0 < v <= 1, "in (0, 1]"),
+            "replay_buffer_size": (non_negative, ">= 0 (0: off)"),
             "num_generations": (lambda v: v >= 2, ">= 2 for group-relative advantages"),
             "max_completion_length": (at_least_one, ">= 1"),
             "temperature": (finite(positive), "> 0 (GRPO samples from the policy and divides its logits by the "

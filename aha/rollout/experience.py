@@ -31,6 +31,7 @@ from ..batch import GRPOBatch
 from .base import Rollout, SamplingParams
 from .engines import get_engine
 from .prompts import PromptSource
+from .replay import ReplayBuffer
 
 SCORER_GRACE_S = 30.0
 """With stream_rewards, how long past its reward calls' own bound (groups x functions x reward_timeout) the
@@ -103,6 +104,8 @@ class Experience:
         self.reward_funcs, self.reward_weights = reward_funcs, reward_weights          # [F]
         self.generator, self.max_steps = generator, max_steps
         self.generation = Generation(model, tokenizer, args, engine_factory, agent)
+        self.replay = ReplayBuffer(args.replay_buffer_size) if args.replay_buffer_size else None
+        """Past groups with reward spread, for groups without it (None: replay_buffer_size 0)."""
         self.fail_streak = {reward_name(f): 0 for f in reward_funcs}
         """Consecutive steps on which each reward function raised or timed out."""
         self.failures: dict[str, BaseException] = {}
@@ -289,7 +292,8 @@ class Experience:
         """What becomes of groups whose rewards barely differ, in one place. With dynamic_sampling: the first B groups
         with spread (`spread`, after `rounds` extra rounds), filled with groups without it when short. Then, with
         keep_groups_by_std < 1, that share of the groups, those whose rewards spread most (algos.top_std_groups).
-        A group left out takes no part in the update, its KL term included; `sampling/*` counts them."""
+        A group left out takes no part in the update, its KL term included; `sampling/*` counts them. Last, with
+        replay_buffer_size, each group left without spread is replaced by a past one (replay.ReplayBuffer)."""
         a, B, metrics = self.args, self.args.prompts_per_step, {}
         if a.dynamic_sampling:
             kept = set(spread)
@@ -301,6 +305,10 @@ class Experience:
             top = algos.top_std_groups(batch.rewards, batch.group_size, a.keep_groups_by_std).tolist()
             metrics["sampling/std_filtered_groups"] = float(len(batch.rows) - len(top))
             batch = batch.groups(top)
+        if self.replay is not None:  # TRL's GRPOWithReplayBuffer
+            batch, replayed = self.replay.replace_flat_groups(batch, self.generator)
+            metrics.update({"sampling/replayed_groups": float(replayed),
+                            "sampling/replay_size": float(len(self.replay))})
         return batch, metrics
 
     def objective(self, batch: GRPOBatch) -> Tensor:

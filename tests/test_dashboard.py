@@ -556,3 +556,16 @@ def test_the_apps_own_pages_and_answers_are_sent_with_nosniff_and_a_csp(client):
         assert r.headers.get("x-content-type-options") == "nosniff", path
         assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp or "default-src 'none'" in csp, path
         assert "unsafe-eval" not in csp and "script-src 'self' 'unsafe-inline'" not in csp, path
+
+
+def test_learn_loss_explainer_lists_every_surrogate_and_loss_type(client):
+    got = client.post("/api/learn/aggregation", json={"short": 2, "long": 6, "max_len": 10}).json()
+    sg = got["surrogates"]
+    assert set(sg) - {"ratios"} == set(algos.SURROGATES) and sg["ratios"] == [0.5, 0.8, 1.0, 1.2, 1.5, 2.0]
+    assert got["loss_types"] == {n: t._asdict() for n, t in algos.LOSS_TYPES.items()}
+    # the objective's weight on grad log pi: clip r (A = +1) inside [0.8, 1.28], 0 past it; A = -1: -r above 0.8
+    assert sg["clip"]["positive"] == pytest.approx([0.5, 0.8, 1.0, 1.2, 0, 0])
+    assert sg["clip"]["negative"] == pytest.approx([0, -0.8, -1.0, -1.2, -1.5, -2.0])
+    assert sg["cispo"]["positive"] == pytest.approx([0.5, 0.8, 1.0, 1.2, 1.5, 2.0])   # min(r, eps_max 5): none dropped
+    assert sg["vespo"]["positive"][0] == pytest.approx(math.exp(1.5) / 4, abs=1e-5)   # e^(3 + 2 ln .5 - 3 x .5)
+    assert all(sg[n]["positive"][2] == pytest.approx(1.0) for n in algos.SURROGATES)  # on-policy: every one is -A

@@ -147,6 +147,18 @@ def test_a_reward_slider_shows_exactly_what_aha_algos_returns(driver, site):
             assert float(shown) == round(want[i], 6)  # the server's number (6 decimals), not one the page made
 
 
+def test_the_loss_explainer_shows_every_surrogate_beside_the_aggregations(driver, site):
+    open_page(driver, site, "learn")
+    for name in algos.SURROGATES:
+        wait_for(lambda: driver.find_elements("css selector", f'#surrogate-table tr[data-surrogate="{name}"]'),
+                 what=f"surrogate {name}")
+    for name, kind in algos.LOSS_TYPES.items():
+        row = driver.find_element("css selector", f'#loss-type-table tr[data-loss-type="{name}"]').text
+        assert row.split() == [name, kind.surrogate, kind.aggregation]
+    assert driver.find_elements("css selector", '#token-loss-table tr[data-loss="dapo"]')
+    assert not console_errors(driver)
+
+
 def test_clicking_a_token_shows_its_ratio(driver, site):
     open_page(driver, site, "groups")
     token = wait_for(lambda: driver.find_elements("css selector", ".tok.trained"), what="tokens")[0]

@@ -148,9 +148,35 @@ def kl(body: dict) -> dict:
     return out
 
 
+SURROGATE_RATIOS = [0.5, 0.8, 1.0, 1.2, 1.5, 2.0]
+"""Ratios pi/pi_old at which the loss explainer shows each surrogate's weight."""
+
+
+def _surrogates(epsilon: float, epsilon_high: float, eps_max: float) -> dict:
+    """Each surrogate of algos.SURROGATES: the weight the objective (minus its loss) puts on grad log pi of a token at
+    each of SURROGATE_RATIOS, for A = +1 and A = -1, by autograd through algos.policy_loss (each ratio a one-token
+    sequence, so VESPO's sequence weight is that token's), and its docstring. epsilon_high is the clip's upper offset
+    (ratio <= 1 + epsilon_high) and cispo's cap on the ratio itself (its eps_max): the page sets them apart."""
+    ratios = torch.tensor(SURROGATE_RATIOS, dtype=torch.float64)
+    old = torch.zeros(len(ratios), 1, dtype=torch.float64)                               # [R,1] pi_old = 1
+    out: dict = {"ratios": SURROGATE_RATIOS}
+    for name in sorted(algos.SURROGATES):
+        row = {"doc": doc(algos.SURROGATES[name])}
+        for label, adv in (("positive", 1.0), ("negative", -1.0)):
+            logp = torch.log(ratios).unsqueeze(-1).requires_grad_(True)                # [R,1]
+            loss, _ = algos.policy_loss(logp, old, torch.full((len(ratios),), adv, dtype=torch.float64),
+                                        torch.ones_like(old), epsilon, eps_max if name == "cispo" else epsilon_high,
+                                        surrogate=name)                                  # [R,1]
+            (grad,) = torch.autograd.grad(loss.sum(), logp)                            # [R,1]
+            row[label] = _floats(-grad)
+        out[name] = row
+    return out
+
+
 def aggregation(body: dict) -> dict:
     """A short and a long completion in one batch -> for each loss aggregation (algos.AGGREGATIONS, loss_type) the
-    weight of every token in the loss, d(loss)/d(token loss), taken by autograd through algos.aggregate."""
+    weight of every token in the loss, d(loss)/d(token loss), taken by autograd through algos.aggregate; beside it
+    each surrogate's weight per ratio (`_surrogates`) and each TRL loss_type's (surrogate, aggregation) pair."""
     short = int(_number(body, "short", 1, MAX_TOKENS, 4))
     long = int(_number(body, "long", 1, MAX_TOKENS, 16))
     max_len = int(_number(body, "max_len", max(short, long), 4 * MAX_TOKENS, max(short, long, 32)))
@@ -164,4 +190,8 @@ def aggregation(body: dict) -> dict:
             "short": _floats(grad[0, :short]), "long": _floats(grad[1, :long]),
             "total": {"short": round(float(grad[0].sum()), 6), "long": round(float(grad[1].sum()), 6)},
             "doc": doc(algos.AGGREGATIONS[name])}
+    eps = _number(body, "epsilon", 0.01, 0.99, 0.2)
+    out["surrogates"] = _surrogates(eps, _number(body, "epsilon_high", 0.01, 5.0, 0.28),
+                                    _number(body, "eps_max", 1.0, 10.0, 5.0))
+    out["loss_types"] = {name: t._asdict() for name, t in sorted(algos.LOSS_TYPES.items())}
     return out

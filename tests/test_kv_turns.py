@@ -140,6 +140,23 @@ def test_the_caches_of_rows_that_ended_are_freed(tok):
     assert engine.kept is None
 
 
+@pytest.mark.parametrize("max_batch", [512, 2])  # every row admitted at once; the last row admitted in a later batch
+def test_the_last_calls_caches_are_freed_once_every_row_is_admitted(tok, max_batch):
+    engine = HFEngine(model_of(tok), [10**6], tok.pad_token_id, max_batch=max_batch)
+    params, alive = SamplingParams(temperature=0, max_new_tokens=4), []
+    with engine.keep_caches():
+        out = engine.generate(PROMPTS, 1, params)
+        refs = [weakref.ref(x) for same in engine.kept.by_tail.values() for _, hit in same for x in hit.k + hit.v]
+        contexts = [p + c + [11, 12] for p, c in zip(PROMPTS, out.completion_ids)]
+
+        def report(i, rollout):  # runs inside generate, once each prompt's rows end
+            gc.collect()
+            alive.append(sum(r() is not None for r in refs))
+        engine.generate(contexts, 1, params, on_group=report)
+    assert refs and len(alive) == len(PROMPTS)
+    assert alive[-1] == 0  # the last prompt ends after every row started: the old store is gone before the call returns
+
+
 def test_a_kept_cache_is_found_by_the_longest_prefix_that_leaves_a_token_to_prefill():
     kept, tail = engine_module.KeptCaches(8), engine_module.KeptCaches.TAIL
     for tokens in ([1, 2, 3, 4, 5], [1, 2, 3], [9, 9], [0] * 10 + list(range(1, tail + 1)), [1, 2, 3]):

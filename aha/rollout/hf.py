@@ -644,9 +644,9 @@ class HFEngine:
         every token it generated but the last, which was sampled, never fed), and the next call prefills, of a
         context that extends a kept cache, only the tokens after it: an episode's next turn prefills only what
         its tools and the template's turn markers added. A kept cache lives one call: the next call reads it or
-        never will, and frees it; all are freed on leaving. At most max_batch rows' caches are kept (what one full
-        decode batch holds): rows past it prefill their whole context. Llama-layout models (LayerCache,
-        GraphCache); other models prefill whole contexts. Decode and prefill kernels round differently, so a
+        never will, and frees it once all its rows have started; all are freed on leaving. At most max_batch rows'
+        caches are kept (what one full decode batch holds): rows past it prefill their whole context. Llama-layout
+        models (LayerCache, GraphCache); other models prefill whole contexts. Decode and prefill kernels round differently, so a
         kept cache gives log-probs equal to a re-prefill's only to rounding (tests/test_kv_turns.py)."""
         self.kept = KeptCaches(self.max_batch)
         try:
@@ -696,6 +696,7 @@ class HFEngine:
                 new_rows = torch.arange(started, min(M, started + room), device=device)
                 cache, new_logits, new_pos = self._admit(cache, prompts, new_rows, n, T, packed, kept)
                 packed, started = getattr(cache, "packed", None), started + len(new_rows)
+                kept = kept if started < M else None  # every row started: the last call's caches are free to go
                 logits, next_pos = ((new_logits, new_pos) if not len(rows) else
                                     (torch.cat([logits, new_logits]), torch.cat([next_pos, new_pos])))
                 rows = torch.cat([rows, new_rows])

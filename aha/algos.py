@@ -251,8 +251,10 @@ def gigpo_advantages(rewards: Tensor, turn_episode: Tensor, turn_reward: Tensor,
     a step group; a turn's return is its discounted reward-to-go within its episode,
         G(i,t) = sum over k >= t of gamma^(k-t) r(i,k)          (r = `turn_reward` [S])
     and A_S(i,t) = (G(i,t) - mean of its step group) / (std + eps), with grpo's conventions (0 in a group of one, or
-    of equal returns). Turns are given as S rows in episode order (`turn_episode` [S] their episode, `turn_start`,
-    `turn_end` [S] their token span, end exclusive); tokens outside every turn (tool results) get A_E alone.
+    of equal returns). A return that is not finite (a NaN turn reward at or after t, or an excluded episode) leaves
+    its turn out of its step group: A_S 0. Turns are given as S rows in episode order (`turn_episode` [S] their
+    episode, `turn_start`, `turn_end` [S] their token span, end exclusive); tokens outside every turn (tool results)
+    get A_E alone.
 
     Example, G=2, sparse rewards (r on an episode's last turn): episode 0 two turns, rewards [0, 1], R = 1; episode 1
     one turn, reward 0, R = 0. A_E = [+0.707, -0.707]. Both first turns act from the prompt (one anchor): returns
@@ -268,6 +270,7 @@ def gigpo_advantages(rewards: Tensor, turn_episode: Tensor, turn_reward: Tensor,
     for s in reversed(range(S)):
         later = s + 1 < S and turn_episode[s + 1] == turn_episode[s]
         returns[s] = float(turn_reward[s]) + (gamma * returns[s + 1] if later else 0.0)
+    returns[~torch.isfinite(rewards[turn_episode])] = float("nan")  # an excluded episode's turns: no return
     keys = [(int(e) // group_size, int(a)) for e, a in zip(turn_episode, anchor)]  # step group: prompt group, anchor
     members: dict[tuple, list[int]] = {}
     for s, key in enumerate(keys):

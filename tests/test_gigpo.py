@@ -50,6 +50,37 @@ def test_discounted_returns_and_anchor_groups_stay_inside_their_prompt_group():
     torch.testing.assert_close(flat, torch.tensor([[A, A], [-A, -A], [0.0, 0.0], [0.0, 0.0]]), rtol=0, atol=1e-6)
 
 
+def test_an_excluded_episodes_turns_get_no_step_advantage():
+    # G=3, first turns share anchor 7. Episode 0: turns [0,2) and [3,5), rewards [0, 1], R = 1. Episode 1: one turn
+    # [0,3), reward 0, R = 0. Episode 2: one turn [0,3), R = NaN (excluded): A_E 0, and its turn has no return, so
+    # the first turns' step group is episodes 0 and 1 alone: returns 0.95 and 0 -> A_S = +-pair(0.95) (with episode
+    # 2's return taken as 0 the group would be [0.95, 0, 0]). Episode 2's tokens get 0.
+    adv, _ = algos.gigpo_advantages(t(1.0, 0.0, float("nan")), t(0, 0, 1, 2), t(0.0, 1.0, 0.0, 0.0), t(7, 8, 7, 7),
+                                    t(0, 3, 0, 0), t(2, 5, 3, 3), length=5, group_size=3)
+    S = pair(0.95)
+    expected = torch.tensor([[A + S, A + S, A, A, A], [-A - S, -A - S, -A - S, -A, -A], [0.0] * 5])
+    torch.testing.assert_close(adv, expected, rtol=0, atol=1e-6)
+
+
+def test_a_nan_step_score_leaves_its_turn_out_of_its_step_group():
+    from types import SimpleNamespace
+    from aha.rollout.experience import Experience
+    # G=2; function 0 the outcome, function 1 scores turns. Episode 0: turns [0,2) and [3,5), turn 0's score NaN,
+    # outcome 1. Episode 1: one turn [0,3), score 0, outcome 0. A_E = +-A. Turn 0 of episode 0 has no return (its
+    # reward-to-go holds a NaN), so the first turns' step group holds episode 1 alone: A_S 0 everywhere. (A NaN
+    # score taken as 0 would give returns 0.95 and 0: A_S = +-pair(0.95).)
+    exp = Experience.__new__(Experience)
+    exp.reward_weights = torch.tensor([1.0, 1.0])
+    turn = lambda start, end: {"role": "assistant", "text": "x", "start": start, "end": end}  # noqa: E731
+    episodes = [{"prompt": "p", "states": None, "turns": [turn(0, 2), results("r"), turn(3, 5)]},
+                {"prompt": "p", "states": None, "turns": [turn(0, 3)]}]
+    batch = SimpleNamespace(rewards_per_func=torch.tensor([[1.0, float("nan")], [0.0, float("nan")]]),
+                            steps=[[(2, 1, 1, float("nan"))], [(3, 2, 1, 0.0)]], episodes=episodes,
+                            rewards=torch.tensor([1.0, 0.0]), completion_ids=[[0] * 5, [0] * 3], group_size=2)
+    adv, _ = exp.turn_advantages(batch)
+    torch.testing.assert_close(adv, torch.tensor([[A] * 5, [-A] * 5]), rtol=0, atol=1e-6)
+
+
 def _episode(states, *turns):
     return {"prompt": [{"role": "user", "content": "Copy"}], "states": states, "turns": list(turns)}
 

@@ -340,7 +340,8 @@ class Experience:
             reward = [0.0] * len(turns)
             ends = {max(t["end"] - 1, 0): k for k, t in enumerate(turns)}
             for _, tok, j, score in (batch.steps[i] if batch.steps is not None else []):
-                reward[ends[tok]] += float(score) * float(self.reward_weights[j]) if score == score else 0.0
+                reward[ends[tok]] += float(score) * float(self.reward_weights[j])  # NaN: no return, A_S 0
+            # NaN outcome: no outcome function gave a number (an excluded episode gets no returns in gigpo_advantages)
             reward[-1] += float(outcome[i]) if torch.isfinite(outcome[i]) else 0.0
             for t, r, key in zip(turns, reward, turn_anchors(episode)):
                 rows.append((i, r, anchors.setdefault(key, len(anchors)), t["start"], t["end"]))

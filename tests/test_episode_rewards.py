@@ -75,6 +75,24 @@ def test_cut_as_failure_takes_back_the_success_of_an_episode_that_did_not_end_by
         CutAsFailure(finishes=("stop",))
 
 
+class AsyncEnv(Env):
+    async def get_reward(self):
+        return self.reward
+
+
+def test_success_is_awaited_when_async_and_numpy_or_tensor_values_are_numbers():
+    import numpy as np
+    import torch
+    episodes = [ep("stop"), ep("length"), ep("length"), ep("length")]
+    envs = [AsyncEnv(1.0), AsyncEnv(np.float32(1.0)), Env(torch.tensor(0.5)), AsyncEnv(None)]
+    # -s on the cut ones, s read as a number: [0, -1, -0.5, None (no reward)]
+    assert CutAsFailure()(None, [[]] * 4, episodes=episodes, environments=envs) == [0.0, -1.0, -0.5, None]
+
+    async def success(prompts, completions, **kw):
+        return [np.float32(1.0), torch.tensor(1.0), 0.0, float("inf")]
+    assert CutAsFailure(success=success)(None, [[]] * 4, episodes=episodes) == [0.0, -1.0, 0.0, None]
+
+
 def test_an_episode_reward_without_episodes_names_itself():
     with pytest.raises(ValueError, match="reward episode_ended scores an agent's episodes"):
         get_reward("episode_ended")(["q"], ["a"])

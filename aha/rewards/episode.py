@@ -16,11 +16,12 @@ unless `success` gives another TRL-signature reward function to read it from.
 """
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Any, Callable
 
 from .base import Reward
-from .scoring import TRL_ARGUMENTS
+from .scoring import TRL_ARGUMENTS, _as_float, start_async
 
 CUT = ("length", "tool_limit")
 """The finishes of an episode that did not end by itself."""
@@ -43,14 +44,25 @@ def failed_calls(episode: dict) -> int:
 
 
 def success_values(success: Callable | None, prompts: list, completions: list, kwargs: dict) -> list[float]:
-    """Each episode's success reward: `success(prompts, completions, **kwargs)`, or its environment's get_reward();
-    NaN where there is none (None, not a number)."""
+    """Each episode's success reward: `success(prompts, completions, **kwargs)`, or its environment's get_reward(),
+    either awaited when async; NaN where there is none (None, not a number: scoring's conversion)."""
     if success is not None:
-        values = success(prompts, completions, **kwargs)
+        values = awaited([success(prompts, completions, **kwargs)])[0]
+        if isinstance(values, BaseException):
+            raise values
     else:
         environments = kwargs.get("environments") or [None] * len(completions)
-        values = [getattr(e, "get_reward", lambda: None)() for e in environments]
-    return [float(v) if isinstance(v, (int, float)) and math.isfinite(v) else math.nan for v in values]
+        values = awaited([getattr(e, "get_reward", lambda: None)() for e in environments])
+    return [_as_float(v) for v in values]
+
+
+def awaited(values: list) -> list:
+    """`values` with each awaitable (an async get_reward's or success's) awaited, together on scoring's async
+    helper thread (what one raised: in its place). The reward calling this is bounded by reward_timeout."""
+    pending = [i for i, v in enumerate(values) if inspect.isawaitable(v)]
+    outcomes = start_async([(lambda v=values[i]: v, {}) for i in pending], math.inf)() if pending else []
+    done = dict(zip(pending, outcomes))
+    return [done.get(i, v) for i, v in enumerate(values)]
 
 
 def otc_factor(m: int, n: int, c: float = 1.0) -> float:

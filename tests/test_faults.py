@@ -772,6 +772,25 @@ def test_save_model_into_output_dir_writes_beside_the_run_and_removes_nothing(ti
     assert not (run / "model" / "stale.txt").exists()  # the run's model/ is swapped whole, as before
 
 
+def test_save_model_beside_other_files_removes_an_older_saves_weights_it_does_not_overwrite(tiny_dir, tmp_path):
+    from transformers import AutoModelForCausalLM
+    t = grpo(tiny_dir, tmp_path / "run", max_steps=1)
+    target = tmp_path / "out"
+    target.mkdir()
+    # an adapter (PEFT would load it in place of the merged weights) and a sharded save (its index wins)
+    stale = ["adapter_config.json", "adapter_model.safetensors", "model-00001-of-00002.safetensors",
+             "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json"]
+    others = ["metrics.jsonl", "config.yaml", "notes.txt", "my_model.bin"]
+    for name in stale + others:
+        (target / name).write_text(f"an older {name}")
+    (target / "checkpoint-1").mkdir()
+    assert t.save_model(target) == target
+    assert [n for n in stale if (target / n).exists()] == []
+    assert {n: (target / n).read_text() for n in others} == {n: f"an older {n}" for n in others}
+    assert (target / "checkpoint-1").is_dir() and (target / "model.safetensors").is_file()
+    assert_same(params(t.model), params(AutoModelForCausalLM.from_pretrained(target)))
+
+
 def wander(where: str) -> str:
     """
     Changes the working directory of the process.

@@ -27,7 +27,7 @@ from ..models.load import autocast, seed_everything
 from .callbacks import Callbacks, TrainOutput, format_metrics, save_metrics
 from .checkpoint import (MARKER, REFERENCE, CorruptCheckpointError, checkpoint_info, list_checkpoints, load_checkpoint,
                          save_checkpoint)
-from .rundir import check_fresh, check_inputs, check_writable, files_beside, lock_run_dir, mark_run
+from .rundir import MODEL_FILES, check_fresh, check_inputs, check_writable, files_beside, lock_run_dir, mark_run
 
 log = logging.getLogger("aha.train")
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -437,10 +437,11 @@ class Trainer(abc.ABC):
         """Save in Hugging Face format (LoRA merged unless save_merged=false) into `output_dir`, by default the run's
         `model/`. That folder, or one absent or empty, is replaced whole (atomically); a folder holding anything
         else, such as the run's own output_dir (TRL's `trainer.save_model(args.output_dir)`), gets the model's files
-        beside what it holds, each renamed into place, nothing else removed."""
+        beside what it holds, each renamed into place; of the rest only an older save's weight and adapter files
+        (`MODEL_FILES`) are removed, which would otherwise be loaded in place of these."""
         target = Path(os.path.abspath(output_dir)) if output_dir else self.run_dir / "model"
         if target == self.run_dir / "model" or not target.is_dir() or not any(target.iterdir()):
             return save_model(self.model, self.tokenizer, target, merge_lora=self.args.save_merged)
-        with files_beside(target) as new:
+        with files_beside(target, replaces=MODEL_FILES) as new:
             save_model(self.model, self.tokenizer, new, merge_lora=self.args.save_merged)
         return target

@@ -37,6 +37,10 @@ LOCK_TRIES = 3
 """Attempts to lock a lock file that its holder deletes as we open it."""
 NEW_FILES = ".aha-new-files"
 """The hidden folder inside a target folder where `files_beside` has its files written before moving them in."""
+MODEL_FILES = ("model*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin", "pytorch_model*.bin.index.json",
+               "adapter_*")
+"""The weight and adapter files of a saved model: one save's files of another layout (an adapter, a single file, shards)
+beside another's make transformers or PEFT load the wrong weights."""
 HELD = (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
 """flock(LOCK_NB) failures that mean another open file holds the lock."""
 NO_FLOCK = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)
@@ -171,14 +175,19 @@ def lock_run_dir(run_dir: Path) -> Iterator[None]:
 
 
 @contextmanager
-def files_beside(target: Path) -> Iterator[Path]:
-    """Yield a path inside `target` for the body to write a folder at; then move each of its entries into `target`,
-    one rename each (an entry of the same name is replaced), and remove the emptied folder. Nothing else in `target`
-    changes; a failed body leaves `target` as it was."""
+def files_beside(target: Path, replaces: tuple[str, ...] = ()) -> Iterator[Path]:
+    """Yield a path inside `target` for the body to write a folder at; then remove the files of `target` that match a
+    pattern of `replaces` and that the body did not write, move each of its entries into `target`, one rename each
+    (an entry of the same name is replaced), and remove the emptied folder. Nothing else in `target` changes; a
+    failed body leaves `target` as it was."""
     new = target / NEW_FILES
     shutil.rmtree(new, ignore_errors=True)  # left by a killed save
     try:
         yield new
+        written = {entry.name for entry in new.iterdir()}
+        for old in target.iterdir():
+            if old.is_file() and old.name not in written and any(old.match(p) for p in replaces):
+                old.unlink()
         for entry in sorted(new.iterdir()):
             os.replace(entry, target / entry.name)
         fsync_dir(target)

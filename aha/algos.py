@@ -423,7 +423,7 @@ def vespo_surrogate(t: PolicyTerms, p: SurrogateParams) -> tuple[Tensor, Tensor,
         phi(w) = exp(lambda + k log w - lambda w)  (phi(1) = 1),   loss = -sg(phi(w)) A log pi,
     (k, lambda) = (vespo_k_pos, vespo_lambda_pos) where A >= 0, else (vespo_k_neg, vespo_lambda_neg); lambda >= 1e-4.
     Weight on grad log pi: -A phi(w). The ratio is always the sequence product (importance_sampling_level aside).
-    Example: log w 0 -> phi 1; log w 0.1, k 2, lambda 3 -> phi = exp(3 + 0.2 - 3 e^0.1) = 0.9851."""
+    Example: log w 0 -> phi 1; log w 0.1, k 2, lambda 3 -> phi = exp(3 + 0.2 - 3 e^0.1) = 0.8909."""
     with torch.no_grad():
         log_w = (t.log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP) * t.mask).sum(-1, keepdim=True)  # [N,1]
         log_w = log_w.clamp(VESPO_LOG_W_MIN, LOG_RATIO_CLAMP)                              # [N,1]

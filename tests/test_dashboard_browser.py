@@ -356,6 +356,19 @@ def test_a_flat_series_gets_an_axis_around_its_value_and_an_empty_one_no_frame(d
     assert "never" in driver.find_element("id", "empty-series").text
 
 
+def test_a_series_whose_spread_is_far_below_its_values_is_drawn(driver, site):
+    """uPlot rounds the range of 1 .. 1.0000001 (an importance ratio's mean) to zero width and throws while drawing."""
+    _own_runs()
+    rows = [{"step": s, "ratio": 1.0 + (1.1920929e-07 if s == 3 else 0.0)} for s in range(1, 6)]
+    _write_run(ROOT["path"] / "x_nearflat", rows)
+    open_page(driver, site, "curves?runs=x_nearflat")
+    _js_wait(driver, "return window.ahaCharts.some(c => c.key === 'ratio')", "the chart")
+    time.sleep(0.5)
+    lo, hi = _chart(driver, "ratio")["y"]
+    assert lo < 1.0 < 1.0000001 < hi
+    assert not console_errors(driver)
+
+
 def test_curves_export_a_csv_and_show_the_overlaid_runs_config_differences(driver, site, tmp_path):
     _own_runs()
     other = ROOT["path"] / "x_lr"

@@ -7,7 +7,11 @@ function yRange(min, max, log) {
   if (min === null || max === null || !isFinite(min) || !isFinite(max)) return log ? [0.1, 10] : [0, 1];
   if (log) return min === max ? [min / 2, max * 2] : [min / 1.2, max * 1.2];
   if (min === max) { const d = min === 0 ? 1 : Math.abs(min) * 0.5; return [min - d, max + d]; }
-  return uPlot.rangeNum(min, max, 0.1, true);
+  // uPlot rounds a span far below its values' magnitude (1 to 1.0000001) to a zero-width range, which it cannot draw
+  const r = uPlot.rangeNum(min, max, 0.1, true);
+  if (r[1] > r[0]) return r;
+  const d = Math.max(max - min, Math.abs(min) * 1e-6);
+  return [min - d, max + d];
 }
 function seriesExtent(values) {
   let lo = Infinity, hi = -Infinity;

@@ -93,6 +93,12 @@ def test_success_is_awaited_when_async_and_numpy_or_tensor_values_are_numbers():
     assert CutAsFailure(success=success)(None, [[]] * 4, episodes=episodes) == [0.0, -1.0, 0.0, None]
 
 
+def test_an_environment_retired_during_its_episode_gives_no_success():
+    episodes = [ep("length"), {**ep("length"), "environment_retired": True}]
+    # the second environment's call ran past tool_timeout: its get_reward is not read (None), however it reads now
+    assert CutAsFailure()(None, [[]] * 2, episodes=episodes, environments=[Env(1.0), Env(1.0)]) == [-1.0, None]
+
+
 def test_an_episode_reward_without_episodes_names_itself():
     with pytest.raises(ValueError, match="reward episode_ended scores an agent's episodes"):
         get_reward("episode_ended")(["q"], ["a"])
@@ -113,7 +119,8 @@ def test_the_trainer_gives_reward_functions_each_episodes_finish_and_call_outcom
     t = GRPOTrainer(model=tiny_dir, reward_funcs=[record, get_reward("episode_ended"), get_reward("tool_errors")],
                     train_dataset=rows, environment_factory=CounterEnv, engine_factory=ScriptedAgentEngine, args=args)
     batch, _ = t.next_batch()
-    assert seen["episodes"] == [{"finish": "stop", "calls": 3, "outcomes": {"ok": 3}}] * 4  # the script's 3 calls
+    assert seen["episodes"] == [{"finish": "stop", "calls": 3, "outcomes": {"ok": 3},  # the script's 3 calls
+                                 "environment_retired": False}] * 4
     assert batch.rewards_per_func[:, 1].tolist() == [1.0] * 4 and batch.rewards_per_func[:, 2].tolist() == [0.0] * 4
 
 

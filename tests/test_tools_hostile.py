@@ -207,6 +207,15 @@ def test_a_reset_that_raises_or_hangs_is_an_error_naming_the_environment_and_the
     assert time.monotonic() - t0 < 2.0
 
 
+def test_a_reset_past_tool_timeout_retires_its_environment():
+    agent = _agent(ResetHangs)
+    env = agent.environments([None])[0]
+    with pytest.raises(TimeoutError, match="ran past tool_timeout"):
+        agent.reset(env, {"prompt": [{"role": "user", "content": "hi"}]})
+    assert all(e is not env for e in agent.pool[None])                  # its abandoned thread may still change it
+    assert agent.environments([None])[0] is not env
+
+
 @pytest.mark.parametrize("returns, content", [
     (None, "hi"), (" Reach 3.", "hi Reach 3."),
     ([{"type": "text", "text": " Reach"}, {"type": "text", "text": " 3."}], "hi Reach 3."),
@@ -256,6 +265,65 @@ def test_an_environment_whose_call_timed_out_is_replaced_and_not_called_again(to
     assert env.counter == 99 and fresh.counter == 0
     from aha.rollout.experience import tool_metrics
     assert tool_metrics(out.episodes)["tools/environments_replaced"] == 1.0
+
+
+class KeyedSlowWriter(SlowWriter):
+    reads = 0
+
+    def state_key(self):
+        KeyedSlowWriter.reads += 1
+        return self.counter
+
+
+def test_a_retired_environment_is_read_for_neither_its_state_key_nor_its_reward(tok):
+    from aha.rewards.episode import ToolEfficiency
+    from aha.rollout.experience import episode_inputs
+    agent = Agent(environment_factory=KeyedSlowWriter, tool_timeout=0.2)
+    chat, replies = ToolChat(tok), iter([_call("slow_set", value=99), _call("increment", step=1)])
+    env = agent.environments([None])[0]
+    prompt = agent.reset(env, {"prompt": [{"role": "user", "content": "hi"}], "target": 0})
+    ep = Episode(prompt, chat.prompt_ids(prompt, agent.schemas[None]), agent.toolbox(env, None),
+                 state_key=env.state_key)
+    engine = ScriptedAgentEngine(None, tok, script=lambda c: next(replies, "done"))
+    KeyedSlowWriter.reads = 0
+    out = run_turns(engine, chat, [ep], 1, SamplingParams(max_new_tokens=3000), None, None)
+    out.environments = [env]
+    # read before the first turn only: the slow_set that ran past the limit retired it
+    assert KeyedSlowWriter.reads == 1 and out.episodes[0]["states"] == ["0"] + ["<environment retired>"] * 2
+    inputs = episode_inputs(out)
+    assert inputs["episodes"][0]["environment_retired"] and env.get_reward() == 1.0  # counter 0 == target 0 now
+    assert agent.rewards[0](**inputs) == [None]                           # not its reward of the moment: none
+    assert ToolEfficiency(1)(**inputs) == [0.0]                           # no success read from it
+
+
+def test_a_state_key_that_hangs_or_exits_stops_nothing(tok):
+    from aha.rollout.turns import state_of
+
+    class Keyed(CounterEnv):
+        key = None
+
+        def state_key(self):
+            return type(self).key()
+
+    def hangs():
+        time.sleep(30)
+
+    def exits():
+        raise SystemExit(3)
+
+    def unprintable():
+        return type("Bad", (), {"__repr__": lambda self: 1 / 0})()
+    agent = Agent(environment_factory=Keyed, tool_timeout=0.3)
+    env = agent.environments([None])[0]
+    ep = Episode([], [], agent.toolbox(env, None), state_key=env.state_key)
+    for key, text in ((exits, "<state_key raised SystemExit>"), (unprintable, "<state_key: no repr>"),
+                      (lambda: (1, "a"), "(1, 'a')")):
+        Keyed.key = key
+        assert state_of(ep) == text and not ep.toolbox.retired
+    Keyed.key, t0 = hangs, time.monotonic()
+    assert state_of(ep) == "<state_key ran past tool_timeout>" and time.monotonic() - t0 < 2.0
+    assert ep.toolbox.retired and all(e is not env for e in agent.pool[None])  # it may still be changing it
+    assert state_of(ep) == "<environment retired>"
 
 
 def test_a_standalone_tools_time_out_keeps_the_environment(tok):

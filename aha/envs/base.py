@@ -9,14 +9,16 @@
   message (its content + the string, as TRL joins them; with no dataset the prompt is one empty user message, so
   the string is the prompt). Any other return (a dict, an image part) is an error stating that contract. `reset`
   runs bounded by `tool_timeout`, as a tool call; one that raises or runs past it is an error naming the
-  environment's class and the row. Its public methods are the episode's tools, after the standalone ones (a name
+  environment's class and the row (one past it also retires the environment, as below). Its public methods are the episode's tools, after the standalone ones (a name
   used twice is an error, see aha.envs.tools). An optional `get_reward()` (sync or async) scores the episode it
   ran: it is a reward function named after the class, weight 1 (`reward_weights` weigh the `reward_funcs` only),
   summed with them. An optional `state_key()` (aha's) names the state the environment is in, read before each model
-  turn: `advantage_estimator: gigpo` groups the turns that act from one state (with what each episode has read).
+  turn, bounded by `tool_timeout` as a tool call: `advantage_estimator: gigpo` groups the turns that act from one
+  state (with what each episode has read).
 - An environment one of whose calls ran past `tool_timeout` may still be changed by that call's thread: it is taken
   out of the pool (a fresh one is built from the factory when an episode next needs one) and counted
-  (`tools/environments_replaced`); the rest of its episode gets an error message for each call to its methods.
+  (`tools/environments_replaced`); the rest of its episode gets an error message for each call to its methods, its
+  state_key is not read again and its get_reward is not read: the episode's environment reward is None (counted).
 - With a dict of factories, each row's `environment` column names its environment, and only that environment's
   methods are offered to the episode.
 """
@@ -28,6 +30,7 @@ import reprlib
 from typing import Callable
 
 from ..rewards.deadline import RewardTimeout
+from ..rewards.episode import usable_environments
 from .tools import Toolbox, check_unique, guarded, tool_schema
 
 RESERVED = ("reset", "get_reward", "state_key")
@@ -44,18 +47,20 @@ def methods(env) -> list[Callable]:
 
 class EnvironmentReward:
     """An environment class's `get_reward` as a reward function: each episode of that exact class scores itself;
-    episodes of another environment get None (not applicable)."""
+    episodes of another environment, and one retired during its episode (`usable_environments`), get None."""
 
     def __init__(self, env_type: type):
         self.env_type, self.__name__ = env_type, env_type.__name__
 
-    def __call__(self, environments: list, **kwargs) -> list:
-        return [e.get_reward() if type(e) is self.env_type else None for e in environments]
+    def __call__(self, environments: list, episodes: list | None = None, **kwargs) -> list:
+        return [e.get_reward() if type(e) is self.env_type else None
+                for e in usable_environments(environments, episodes)]
 
 
 class AsyncEnvironmentReward(EnvironmentReward):
-    async def __call__(self, environments: list, **kwargs) -> list:
-        return [await e.get_reward() if type(e) is self.env_type else None for e in environments]
+    async def __call__(self, environments: list, episodes: list | None = None, **kwargs) -> list:
+        return [await e.get_reward() if type(e) is self.env_type else None
+                for e in usable_environments(environments, episodes)]
 
 
 class Agent:
@@ -129,7 +134,8 @@ class Agent:
         columns = {k: v for k, v in row.items() if k != "environment"} if self.multi else row
         outcome = guarded(env.reset, columns, self.tool_timeout, observation_text)
         where = f"{type(env).__name__}.reset on the row {reprlib.repr(row)}"
-        if isinstance(outcome, RewardTimeout):
+        if isinstance(outcome, RewardTimeout):  # its thread may still change it: out of the pool
+            self.retire(env, self.environment_name(row))
             raise TimeoutError(f"{where} ran past tool_timeout={self.tool_timeout:g} s (which bounds reset too)")
         kind, observation = outcome
         if kind == "raised":

@@ -197,7 +197,12 @@ class Toolbox:
         return ToolResult(call.name, value[0], "ok", non_string=value[1])
 
     def _retire(self, name: str) -> None:
-        if name in self.env_methods and not self.retired:
+        if name in self.env_methods:
+            self.retire_environment()
+
+    def retire_environment(self) -> None:
+        """Retire this episode's environment (once): a call on it ran past the limit and may still change it."""
+        if not self.retired:
             self.retired = True
             if self.retire is not None:
                 with _RETIRING:

@@ -6,7 +6,8 @@ They read the `episodes` argument aha gives every reward function for an agent's
 max_tool_calling_iterations rounds), `calls` (tool calls run) and `outcomes` (outcome -> count, aha.envs.tools:
 ok, malformed, unknown, bad_arguments, raised, bad_result, timeout). A batch without episodes (no agent) is an
 error naming the reward. Success, where one is read, is each episode environment's get_reward() >= `threshold`
-unless `success` gives another TRL-signature reward function to read it from.
+unless `success` gives another TRL-signature reward function to read it from; an environment retired during its
+episode (`environment_retired`: a call ran past tool_timeout) is not read.
 
     episode_ended      e = 1 if finish == "stop" else 0
     tool_errors        p = -min(1, per_error * errors), errors = calls whose outcome is not ok or timeout
@@ -51,9 +52,18 @@ def success_values(success: Callable | None, prompts: list, completions: list, k
         if isinstance(values, BaseException):
             raise values
     else:
-        environments = kwargs.get("environments") or [None] * len(completions)
+        environments = usable_environments(kwargs.get("environments") or [None] * len(completions),
+                                           kwargs.get("episodes"))
         values = awaited([getattr(e, "get_reward", lambda: None)() for e in environments])
     return [_as_float(v) for v in values]
+
+
+def usable_environments(environments: list, episodes: list | None) -> list:
+    """The environments whose state a reward may read: None in place of one retired during its episode (a call ran
+    past tool_timeout; its abandoned thread may still be changing it), so its reward is None, counted."""
+    if not episodes:
+        return list(environments)
+    return [None if ep.get("environment_retired") else e for e, ep in zip(environments, episodes)]
 
 
 def awaited(values: list) -> list:

@@ -438,12 +438,14 @@ def step_metrics(steps: list[list[tuple]]) -> dict[str, float]:
 def episode_inputs(out: Rollout) -> dict | None:
     """What reward functions read of an agent's episodes, as TRL passes it: each episode's prompt (after its
     environment's reset), its turns as chat messages, and its environment; and aha's `episodes`: how each ended
-    (finish: stop, length or tool_limit), its tool calls and their outcomes (aha.rewards.episode reads these)."""
+    (finish: stop, length or tool_limit), its tool calls and their outcomes, and whether its environment was retired
+    (a call ran past tool_timeout: its state is not read; aha.rewards.episode reads these)."""
     if out.episodes is None:
         return None
     return {"prompts": [e["prompt"] for e in out.episodes], "completions": [e["messages"] for e in out.episodes],
             "environments": out.environments,
-            "episodes": [{k: e[k] for k in ("finish", "calls", "outcomes")} for e in out.episodes]}
+            "episodes": [{k: e[k] for k in ("finish", "calls", "outcomes", "environment_retired")}
+                         for e in out.episodes]}
 
 
 def tool_metrics(episodes: list[dict]) -> dict[str, float]:

@@ -26,7 +26,8 @@ from typing import Callable
 import torch
 
 from ..data.toolcalls import ToolChat
-from ..envs.tools import Toolbox, call_all
+from ..envs.tools import Toolbox, call_all, guarded
+from ..rewards.deadline import RewardTimeout
 from .base import Engine, Rollout, SamplingParams, keeping_caches
 
 
@@ -102,7 +103,7 @@ def _take_turn(e: Episode, chat: ToolChat, tokens: list[int], truncated: bool, l
     """Append a model turn (cut to the budget); the tool calls to run (`call_all`, then `_take_results`), or None
     when the episode ends."""
     if e.state_key is not None:
-        e.states.append(state_of(e.state_key))
+        e.states.append(state_of(e))
     room, start = budget - len(e.ids), len(e.ids)
     ended = not truncated and len(tokens) <= room
     e.ids, e.mask, e.logprobs = e.ids + tokens[:room], e.mask + [1] * len(tokens[:room]), e.logprobs + logprobs[:room]
@@ -145,13 +146,19 @@ def _run_tools(e: Episode, chat: ToolChat, results: list, room: int) -> tuple[li
     return [replace(r, content=text) for r, (text, _) in zip(results, fitted)], cut > 0
 
 
-def state_of(state_key: Callable[[], object]) -> str:
-    """An environment's state key as text (repr); one that raises gives the error's type instead, so a broken key
-    never stops an episode (its turns then share an anchor only with turns whose key broke the same way)."""
-    try:
-        return repr(state_key())
-    except Exception as e:  # noqa: BLE001 - an environment's own code
-        return f"<state_key raised {type(e).__name__}>"
+def state_of(e: Episode) -> str:
+    """The episode's environment's state key as text (repr), read as a tool call is (aha.envs.tools.guarded: off
+    this thread, bounded by tool_timeout); a key that raises (SystemExit too) or whose repr fails gives what went
+    wrong instead, so a broken key never stops an episode (its turns then share an anchor only with turns whose key
+    broke the same way). One past the limit retires the environment, and a retired one is not read."""
+    if e.toolbox.retired:
+        return "<environment retired>"
+    outcome = guarded(e.state_key, {}, e.toolbox.timeout_s, repr)
+    if isinstance(outcome, RewardTimeout):
+        e.toolbox.retire_environment()
+        return "<state_key ran past tool_timeout>"
+    kind, value = outcome
+    return value if kind == "ok" else f"<state_key raised {value[0]}>" if kind == "raised" else "<state_key: no repr>"
 
 
 def greedy_episodes(model, tokenizer, agent, rows: list[dict], max_new_tokens: int, max_rounds: int | None = None,

@@ -3,7 +3,7 @@
 import pytest
 
 from aha.config import GRPOConfig
-from aha.data.sampler import BalancedSampler
+from aha.data.sampler import BalancedSampler, balance_labels
 from aha.train.grpo import GRPOTrainer
 
 LABELS = ["a"] * 6 + ["b"] * 2 + ["c"]  # rows 0-5 a, 6-7 b, 8 c
@@ -26,7 +26,7 @@ def test_a_restored_sampler_draws_what_the_uninterrupted_one_would():
     first = BalancedSampler(LABELS, seed=3, column="family")
     head = first.take(7)
     state = first.state()
-    assert state == {"index": 7, "n": 9, "balance_by": "family", "values": 3}
+    assert state == {"index": 7, "n": 9, "balance_by": "family", "values": 3, "labels_sha256": first.labels_sha256}
     assert head + BalancedSampler(LABELS, seed=3, column="family").restored(state).take(13) == full
 
 
@@ -36,6 +36,24 @@ def test_a_changed_dataset_or_draw_order_is_refused_at_resume():
         BalancedSampler(LABELS + ["d"], 0, column="family").restored(s.state())
     with pytest.raises(ValueError, match="was balance_by changed"):
         s.restored({"epoch": 0, "index": 3, "n": 9})    # a plain shuffled order's position
+    relabelled = ["b"] + LABELS[1:6] + ["a", "b", "c"]  # rows 0 and 6 swap values: the same counts, other draws
+    with pytest.raises(ValueError, match="other values: the dataset changed since the checkpoint"):
+        BalancedSampler(relabelled, 0, column="family").restored(s.state())
+    old = {k: v for k, v in s.state().items() if k != "labels_sha256"}  # a checkpoint from before the digest
+    assert BalancedSampler(LABELS, 0, column="family").restored(old).index == 0
+
+
+def test_a_nan_label_is_refused_naming_the_column_and_the_row():
+    rows = [{"family": "a"}, {"family": float("nan")}]
+    with pytest.raises(ValueError, match=r"balance_by='family': dataset row 1's value is NaN, which equals no value"):
+        balance_labels(rows, "family")
+
+
+def test_a_long_run_keeps_one_permutation_per_value():
+    s = BalancedSampler(LABELS, seed=0)
+    drawn = s.take(3000)                                # 1000 passes over c, 500 over b, about 167 over a
+    assert len(s._perms) == 3 and drawn == BalancedSampler(LABELS, seed=0).take(3000)
+    assert drawn[-3:] == BalancedSampler(LABELS, seed=0, index=2997).take(3)  # any position, from scratch
 
 
 def digit_share(prompts, completions, **kw):
@@ -80,4 +98,5 @@ def test_a_resumed_run_draws_on_from_the_balanced_position(tiny_dir, tmp_path):
     resumed.train()
     assert isinstance(resumed.sampler, BalancedSampler)
     assert resumed.sampler.state() == whole.sampler.state() == {"index": 9, "n": 41, "balance_by": "family",
-                                                                 "values": 2}
+                                                                 "values": 2,
+                                                                 "labels_sha256": whole.sampler.labels_sha256}

@@ -4,6 +4,8 @@ position is a few integers, saved in checkpoints."""
 
 from __future__ import annotations
 
+import hashlib
+
 import torch
 
 class PromptSampler:
@@ -60,7 +62,9 @@ class BalancedSampler:
         self.n = len(labels)
         self.values = sorted(set(labels), key=lambda v: (type(v).__name__, v))
         self.rows = {v: [i for i, x in enumerate(labels) if x == v] for v in self.values}
-        self._perms: dict[tuple[int, int], list[int]] = {}
+        self._perms: dict[int, tuple[int, list[int]]] = {}  # value -> (its epoch, that epoch's permutation)
+        self.labels_sha256 = hashlib.sha256(repr(list(labels)).encode()).hexdigest()
+        """Which row has which value, as a digest a checkpoint keeps: a relabelled dataset is refused at resume."""
 
     def _row(self, i: int) -> int:
         """The row of draw i."""
@@ -69,10 +73,10 @@ class BalancedSampler:
         epoch, j = divmod(k, len(rows))
         if not self.shuffle:
             return rows[j]
-        if (v, epoch) not in self._perms:
+        if self._perms.get(v, (None,))[0] != epoch:
             seeded = torch.Generator().manual_seed(self.seed + 1_000_003 * v + epoch)
-            self._perms[(v, epoch)] = torch.randperm(len(rows), generator=seeded).tolist()
-        return rows[self._perms[(v, epoch)][j]]
+            self._perms[v] = (epoch, torch.randperm(len(rows), generator=seeded).tolist())
+        return rows[self._perms[v][1][j]]
 
     def take(self, k: int) -> list[int]:
         out = [self._row(i) for i in range(self.index, self.index + k)]
@@ -80,25 +84,29 @@ class BalancedSampler:
         return out
 
     def state(self) -> dict:
-        return {"index": self.index, "n": self.n, "balance_by": self.column, "values": len(self.values)}
+        return {"index": self.index, "n": self.n, "balance_by": self.column, "values": len(self.values),
+                "labels_sha256": self.labels_sha256}
 
     def restored(self, state: dict) -> "BalancedSampler":
         """The sampler at a checkpoint's position; a checkpoint of another draw order, or of a dataset with other
-        rows or other values in the column, is refused here, at resume."""
+        rows or other values in the column (any row's, by the digest; a checkpoint without one: by the counts), is
+        refused here, at resume."""
         index = state.get("index")
         if state.get("balance_by") != self.column or not isinstance(index, int) or index < 0:
             raise ValueError(f"the checkpoint's sampler state {state!r} is not a balanced draw over column "
                              f"{self.column!r}: was balance_by changed since the checkpoint?")
-        if (state.get("n"), state.get("values")) != (self.n, len(self.values)):
+        if (state.get("n"), state.get("values"), state.get("labels_sha256", self.labels_sha256)) != (
+                self.n, len(self.values), self.labels_sha256):
             raise ValueError(f"the checkpoint was written with {state.get('n')} rows and {state.get('values')} values "
-                             f"of {self.column!r}; this dataset has {self.n} and {len(self.values)}: the dataset "
-                             "changed since the checkpoint; restore it, or start a new run")
+                             f"of {self.column!r}; this dataset has {self.n} and {len(self.values)}, or its rows "
+                             "have other values: the dataset changed since the checkpoint; restore it, or start a "
+                             "new run")
         return BalancedSampler(self.labels, self.seed, index, self.shuffle, self.column)
 
 
 def balance_labels(rows: list[dict], column: str) -> list:
     """Each row's value of `column`, the labels a BalancedSampler draws over; a row without it, or with a value that
-    cannot label (not hashable), is an error naming the row."""
+    cannot label (not hashable, or NaN: equal to no value, itself included), is an error naming the row."""
     labels = []
     for i, row in enumerate(rows):
         if column not in row:
@@ -109,6 +117,9 @@ def balance_labels(rows: list[dict], column: str) -> list:
         except TypeError:
             raise ValueError(f"balance_by={column!r}: dataset row {i}'s value {row[column]!r:.60} cannot label a "
                              "group of rows (a string or number can)") from None
+        if row[column] != row[column]:
+            raise ValueError(f"balance_by={column!r}: dataset row {i}'s value is NaN, which equals no value (itself "
+                             "included), so it cannot label a group of rows; fill it in or drop the row")
         labels.append(row[column])
     return labels
 

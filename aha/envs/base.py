@@ -9,8 +9,8 @@
   message (its content + the string, as TRL joins them; with no dataset the prompt is one empty user message, so
   the string is the prompt). Any other return (a dict, an image part) is an error stating that contract. `reset`
   runs bounded by `tool_timeout`, as a tool call; one that raises or runs past it is an error naming the
-  environment's class and the row (one past it also retires the environment, as below). Its public methods are the episode's tools, after the standalone ones (a name
-  used twice is an error, see aha.envs.tools). An optional `get_reward()` (sync or async) scores the episode it
+  environment's class and the row (one past it also retires the environment, as below). Its public methods are the
+  episode's tools, after the standalone ones (a name used twice is an error, see aha.envs.tools). An optional `get_reward()` (sync or async) scores the episode it
   ran: it is a reward function named after the class, weight 1 (`reward_weights` weigh the `reward_funcs` only),
   summed with them. An optional `state_key()` (aha's) names the state the environment is in, read before each model
   turn, bounded by `tool_timeout` as a tool call: `advantage_estimator: gigpo` groups the turns that act from one

@@ -158,7 +158,9 @@ def state_of(e: Episode) -> str:
         e.toolbox.retire_environment()
         return "<state_key ran past tool_timeout>"
     kind, value = outcome
-    return value if kind == "ok" else f"<state_key raised {value[0]}>" if kind == "raised" else "<state_key: no repr>"
+    if kind == "ok":
+        return value
+    return f"<state_key raised {value[0]}>" if kind == "raised" else "<state_key: no repr>"
 
 
 def greedy_episodes(model, tokenizer, agent, rows: list[dict], max_new_tokens: int, max_rounds: int | None = None,

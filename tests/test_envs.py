@@ -123,3 +123,10 @@ def test_a_self_sampling_filesystem_reset_draws_every_family():
     random.seed(0)
     openings = {FilesystemEnv().reset().split()[0] for _ in range(40)}
     assert openings == {"Move", "Delete", "Create", "Rename", "Copy", "Make"}
+
+
+def test_final_answer_compares_large_integers_exactly():
+    # F(79) = 14472334024676221: as floats it equals F(79) - 1 (both round to 14472334024676220 past 2**53)
+    big = "14472334024676221"
+    assert final_answer([f"so it is {big}", "so it is 14472334024676220"], [big, big]) == [1.0, 0.0]
+    assert final_answer(["x = 2.50"], ["2.5"]) == [1.0]  # equal decimals written differently still match

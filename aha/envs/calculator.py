@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 import re
+from fractions import Fraction
 
 from ..data.splits import split_of
 
@@ -92,13 +93,14 @@ def final_number(text: str) -> str | None:
 
 
 def final_answer(completions, answer, **kwargs) -> list[float]:
-    """1.0 when the last number of the last assistant message (the reply after any tool calls) is the answer."""
+    """1.0 when the last number of the last assistant message (the reply after any tool calls) is the answer, compared
+    exactly (as floats, F(79) and F(79) + 1 would be equal: integers past 2**53 round)."""
     out = []
     for completion, gold in zip(completions, answer):
         last = completion if isinstance(completion, str) else next(
             (m.get("content") or "" for m in reversed(completion) if m["role"] == "assistant"), "")
         value = final_number(last)
-        out.append(float(value is not None and float(value) == float(gold)))
+        out.append(float(value is not None and Fraction(value) == Fraction(str(gold))))
     return out
 
 

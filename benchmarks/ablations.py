@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from aha.rollout import HFEngine, SamplingParams  # noqa: E402
+from aha.rollout import SamplingParams, get_engine  # noqa: E402
 from aha.rollout import hf as engine_module  # noqa: E402
 
 
@@ -83,9 +83,9 @@ def main() -> None:
     def gen(engine, ps, n, T):
         return lambda: engine.generate(ps, n, SamplingParams(1.0, 1.0, 0, T), g())
 
-    fast, slow = HFEngine(model, [eos], tok.pad_token_id), HFEngine(model, [eos], tok.pad_token_id, layer_cache=False)
-    never = HFEngine(model, [], tok.pad_token_id)
-    never_slow = HFEngine(model, [], tok.pad_token_id, layer_cache=False)
+    build = get_engine("hf")
+    fast = build(model, tok, eos_token_ids=[eos])
+    never, never_slow = build(model, tok, eos_token_ids=[]), build(model, tok, eos_token_ids=[], layer_cache=False)
     compare("prefill_once", gen(fast, [p for p in prompts for _ in range(8)], 1, 64), gen(fast, prompts, 8, 64),
             a.repeats, rows)
     for T in (64, 448):
@@ -119,7 +119,7 @@ def main() -> None:
         def run():
             for s in range(0, 64, 4):
                 ids = order[s:s + 4]
-                lp, mask, _ = trainer._logprobs(model, [P[i] for i in ids], [C[i] for i in ids])
+                lp, mask, _ = trainer.learner._logprobs(model, [P[i] for i in ids], [C[i] for i in ids])
                 ((lp * mask).sum() / mask.sum()).backward()
             model.zero_grad(set_to_none=True)
         return run

@@ -72,8 +72,7 @@ def main():
     ap.add_argument("--json", help="also write the results here")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    from aha.models import eos_ids
-    from aha.rollout import HFEngine, SamplingParams
+    from aha.rollout import SamplingParams, get_engine
     from aha.models.tiny import random_model_dir
     from transformers import AutoModelForCausalLM, AutoTokenizer
     overrides = {k: v for k, v in (("vocab_size", a.vocab_size), ("num_key_value_heads", a.kv_heads)) if v} or None
@@ -85,8 +84,8 @@ def main():
             model.lm_head.weight[tok.eos_token_id] += a.eos_bias * model.lm_head.weight.mean(0)
     prompts = [tok(f"question {i}: what is {i} plus {i}?", add_special_tokens=False)["input_ids"] for i in range(a.prompts)]
     cuda = a.device.startswith("cuda")
-    engines = {graphs: HFEngine(model, eos_ids(model, tok), tok.pad_token_id, a.max_batch,
-                                layer_cache=a.cache == "layer", cuda_graphs=graphs) for graphs in (True, False)}
+    engines = {graphs: get_engine("hf")(model, tok, a.max_batch, layer_cache=a.cache == "layer", cuda_graphs=graphs)
+               for graphs in (True, False)}
     steps = count_decode_steps()
 
     cfg = model.config

@@ -29,13 +29,15 @@ def main():
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     from test_rollout import ThroughTheLayers
-    from aha.models.tiny import random_model
-    from aha.rollout import SamplingParams
+    from aha.models.tiny import random_model_dir
+    from aha.rollout import SamplingParams, get_engine
     from aha.rollout import hf as engine_module
+    from transformers import AutoModelForCausalLM, AutoTokenizer
     variants = {"model's layers": ThroughTheLayers, "LayerCache": engine_module.LayerCache}
     for size in a.sizes:
-        model = random_model(size)
-        engine = engine_module.HFEngine(model, [2], 0)
+        d = random_model_dir(size)
+        model, tok = AutoModelForCausalLM.from_pretrained(d).eval(), AutoTokenizer.from_pretrained(d)
+        engine = get_engine("hf")(model, tok)
         g = torch.Generator().manual_seed(0)
         prompts = [torch.randint(10, model.config.vocab_size, (16,), generator=g).tolist() for _ in range(2)]
         engine.generate(prompts, 8, SamplingParams(1.0, 1.0, 0, 32), torch.Generator().manual_seed(1))  # warm-up

@@ -149,9 +149,11 @@ def test_config_classes_live_in_aha_config():
     assert all(dataclasses.is_dataclass(getattr(config, c)) for c in config.__all__ if c.endswith("Config"))
 
 
-AGENT_BENCHMARKS = [ROOT.parent / "benchmarks" / name for name in ("agent_calculator.py", "agent_episodes.py")]
-"""Benchmarks that measure a model's success, not the engine: they sample as evaluation does. (Benchmarks of the
-engine itself, such as agent_speed.py and generation.py, build it with their own options.)"""
+ENGINE_CHECK_EXCEPTIONS = {"agent_speed.py": "scripted engine subclass"}
+"""Benchmarks (file name -> why) allowed to build an engine other than through the registry."""
+BENCHMARKS = sorted(p for p in (ROOT.parent / "benchmarks").glob("*.py") if p.name not in ENGINE_CHECK_EXCEPTIONS)
+"""The benchmarks checked: those of a model's success sample as evaluation does, and those of the engine itself
+pass its options through the registry (`get_engine("hf")(model, tok, max_batch, layer_cache=False)`)."""
 
 
 def _engine_constructions(tree: ast.Module, classes: set[str]) -> list[int]:
@@ -168,12 +170,13 @@ def _engine_constructions(tree: ast.Module, classes: set[str]) -> list[int]:
 
 
 def test_engines_are_built_through_the_registry_outside_the_rollout_room():
-    """One path samples: outside aha/rollout/ (and in the agent benchmarks) an engine comes from
+    """One path samples: outside aha/rollout/ (benchmarks included) an engine comes from
     aha.rollout.get_engine(name), so every stage samples with the engine the run names."""
     from aha.rollout import ENGINES
     classes = {spec.rpartition(":")[2] for spec in ENGINES.values()}
     trees = {name: tree for name, tree in _modules().items() if not name.startswith("aha.rollout")}
-    trees.update({f"benchmarks/{p.name}": ast.parse(p.read_text()) for p in AGENT_BENCHMARKS})
+    assert BENCHMARKS, "no benchmarks found to check"
+    trees.update({f"benchmarks/{p.name}": ast.parse(p.read_text()) for p in BENCHMARKS})
     found = {name: lines for name, tree in trees.items() if (lines := _engine_constructions(tree, classes))}
     assert not found, f"engines built outside the registry (module: lines): {found}"
 

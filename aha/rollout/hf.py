@@ -626,10 +626,14 @@ class HFEngine:
         """Within `keep_caches`: the caches the last generate call kept (None: caches are not kept)."""
 
     @classmethod
-    def for_model(cls, model, tokenizer, max_batch: int = 512) -> "HFEngine":
-        """An engine that stops on every EOS the tokenizer and the generation config name."""
+    def for_model(cls, model, tokenizer, max_batch: int = 512, eos_token_ids: list[int] | None = None,
+                  **options) -> "HFEngine":
+        """An engine that stops on every EOS the tokenizer and the generation config name, or on `eos_token_ids`
+        where given ([]: never, every row runs to max_new_tokens); `options` are __init__'s (layer_cache,
+        cuda_graphs), and one it does not take is a TypeError naming it."""
         from ..models import eos_ids
-        return cls(model, eos_ids(model, tokenizer), tokenizer.pad_token_id, max_batch)
+        eos = eos_ids(model, tokenizer) if eos_token_ids is None else eos_token_ids
+        return cls(model, eos, tokenizer.pad_token_id, max_batch, **options)
 
     def update_weights(self, model, version: int) -> None:
         """The engine shares the policy's parameters: nothing is copied; the module is rebound (it may be

@@ -812,13 +812,6 @@ class TinyConfig:
 
 CREDITS = ("outcome", "scalar", "steps", "prm")
 """`aha demo process`'s credit settings."""
-_DEMO_SIZES = {"sft_examples": 2000, "sft_steps": 400, "sft_check_every": 10, "grpo_steps": 200, "prompts_per_step": 32}
-DEMO_DEFAULTS: dict[str, dict[str, Any]] = {"": {"sft_target": 0.25, "threads": 1, **_DEMO_SIZES},
-                                             "aha": {"sft_target": 0.5, "threads": 1, **_DEMO_SIZES},
-                                             "agent": {"sft_target": 0.3, "threads": 2, "sft_examples": 8000,
-                                                       "sft_steps": 1000, "sft_check_every": 50, "grpo_steps": 60,
-                                                       "prompts_per_step": 16}}
-"""Demo variant -> its defaults of the DemoConfig fields whose default is None (an unknown variant: the first's)."""
 
 
 @checked
@@ -835,33 +828,28 @@ class DemoConfig:
     size: str = "small"
     """Named model size from aha.models.tiny."""
     threads: Optional[int] = None
-    """torch CPU threads (default 1: these tiny models are bound by per-op overhead, and one thread is immune to
-    oversubscription when the machine is shared; 2 for `aha demo agent`, whose steps of 128 episodes ran 1.46x
-    faster on two, 6.8 s against 9.9 s: run its seeds side by side with threads=1)."""
+    """torch CPU threads (default: the variant's, aha/demo/<name>.py DEFAULTS)."""
     sft_examples: Optional[int] = None
-    """Worked solutions used for the cold start (a small set keeps the model imperfect; default 2000, 8000 for
-    `aha demo agent`)."""
+    """Worked solutions used for the cold start (a small set keeps the model imperfect; default: the variant's,
+    aha/demo/<name>.py DEFAULTS)."""
     sft_steps: Optional[int] = None
-    """Most SFT optimizer steps (the cold start usually ends earlier, at sft_target; default 400, 1000 for
-    `aha demo agent`)."""
+    """Most SFT optimizer steps (the cold start usually ends earlier, at sft_target; default: the variant's,
+    aha/demo/<name>.py DEFAULTS)."""
     sft_target: Optional[float] = None
     """End the cold start once greedy accuracy on 100 dev problems (train split, trained on by neither stage)
-    reaches this (0: run all sft_steps; default 0.25, 0.3 for `aha demo agent` (its dev tasks), and 0.5 for
-    `aha demo aha`, whose rewards pay for the answer alone: from 0.25, seed 0 sampled 5% right answers and GRPO lost
-    10 points of held-out accuracy)."""
+    reaches this (0: run all sft_steps; default: the variant's, aha/demo/<name>.py DEFAULTS)."""
     sft_check_every: Optional[int] = None
-    """Check the dev accuracy every this many SFT steps (default 10, 50 for `aha demo agent`)."""
+    """Check the dev accuracy every this many SFT steps (default: the variant's, aha/demo/<name>.py DEFAULTS)."""
     sft_lr: float = 3e-3
     """SFT learning rate."""
     sft_batch: int = 32
     """SFT batch size."""
     grpo_steps: Optional[int] = None
-    """GRPO steps (default 200: at 120, one seed of ten gained only 8.5 points, BENCHMARKS.md; 60 for
-    `aha demo agent`)."""
+    """GRPO steps (default: the variant's, aha/demo/<name>.py DEFAULTS)."""
     grpo_lr: float = 5e-4
     """GRPO learning rate."""
     prompts_per_step: Optional[int] = None
-    """Prompts per GRPO step (B; default 32, 16 for `aha demo agent`)."""
+    """Prompts per GRPO step (B; default: the variant's, aha/demo/<name>.py DEFAULTS)."""
     num_generations: int = 8
     """Completions per prompt (G)."""
     eval_problems: int = 200
@@ -908,7 +896,10 @@ class DemoConfig:
     def __post_init__(self):
         if not self.output_dir:
             self.output_dir = "runs/demo" + (f"_{self.variant}" if self.variant else "")
-        for key, value in DEMO_DEFAULTS.get(self.variant, DEMO_DEFAULTS[""]).items():
+        from importlib import import_module
+        # each variant's defaults live beside its run() (aha/demo/<name>.py DEFAULTS); the demo room imports this
+        # one, so its table is looked up by name as a config is built, both loaded by then (as ENGINES names engines)
+        for key, value in import_module("aha.demo").defaults(self.variant).items():
             if getattr(self, key) is None:
                 setattr(self, key, value)
         require_all(self, {

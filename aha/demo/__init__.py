@@ -8,12 +8,12 @@
 Every variant reads the one flat DemoConfig (`aha demo --help`) and writes to its own output_dir (runs/demo,
 runs/demo_NAME). Adding one, say `aha demo agent`:
   1. write aha/demo/agent.py with `run(cfg: DemoConfig) -> dict` (reuse default.py's steps: start, cold_start,
-     held_out, train_grpo, accuracy_report, finish; end with `finish`, which prints how to open the dashboard);
+     held_out, train_grpo, accuracy_report, finish; end with `finish`, which prints how to open the dashboard) and
+     beside it DEFAULTS, its values of the shared settings whose DemoConfig default is None (threads, sft_target,
+     the stage sizes): default.py's, or `{**default.DEFAULTS, "sft_target": 0.5}` as aha_moment.py has;
   2. add one line to VARIANTS: `"agent": Variant("agent", "one line for the listing"),`;
   3. only if it has settings of its own: add them to DemoConfig (one docstring each, naming the variant) and list
-     them in the entry's `fields`, so that setting them under another variant is an error, not a silent no-op;
-     only if it needs another default for a shared setting: make that field's default None and give each
-     variant's value in aha.config.schema.DEMO_DEFAULTS (as `aha demo aha` does for sft_target).
+     them in the entry's `fields`, so that setting them under another variant is an error, not a silent no-op.
 """
 
 from __future__ import annotations
@@ -45,6 +45,13 @@ VARIANTS: dict[str, Variant] = {
                        fields=("credit", "sft_model", "prm_model")),
 }
 """Variant name ("" for plain `aha demo`) -> the file that runs it."""
+
+
+def defaults(name: str) -> dict:
+    """Variant `name`'s values of the DemoConfig settings whose default is None: its module's DEFAULTS (an unknown
+    name: the embedded default's, so that the config builds and check_variant names the valid variants)."""
+    variant = VARIANTS.get(name, VARIANTS[""])
+    return importlib.import_module(f"{__name__}.{variant.module}").DEFAULTS
 
 
 def check_variant(cfg: DemoConfig) -> Variant:

@@ -14,6 +14,12 @@ from pathlib import Path
 
 from ..config import DemoConfig, GRPOConfig, SFTConfig, save_config
 
+DEFAULTS = {"sft_target": 0.25, "threads": 1, "sft_examples": 2000, "sft_steps": 400, "sft_check_every": 10,
+            "grpo_steps": 200, "prompts_per_step": 32}
+"""This variant's values of the DemoConfig settings the command line leaves unset. One thread: these tiny models are
+bound by per-op overhead, and one thread is immune to oversubscription when the machine is shared. 2000 worked
+solutions keep the cold start imperfect; 200 GRPO steps: at 120, one seed of ten gained only 8.5 points
+(BENCHMARKS.md)."""
 DEV_PROBLEMS = 100
 """Train-split problems held back from SFT and GRPO to decide when the cold start is done."""
 

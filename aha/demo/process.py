@@ -20,6 +20,8 @@ from ..config import DemoConfig
 from . import default
 from .default import given_model
 
+DEFAULTS = default.DEFAULTS
+"""The embedded default's task and budget."""
 STEP_WEIGHT = 0.5
 """Weight of the column-sum reward in every arm that has one (the embedded default's process weight)."""
 

@@ -1,7 +1,10 @@
 """The built-in environments as tasks: trained, sampled and evaluated by name like any task (`task=filesystem`).
 
     filesystem   a virtual filesystem's six tools; reward: the final tree equals the reference (aha.envs.filesystem);
-                 rows carry a `family` (move_txt, delete_logs, create, rename, copy, mkdir): eval reports each
+                 rows carry a `family` (move_txt, delete_logs, create, rename, copy, mkdir): eval reports each.
+                 Budget 256 tokens, a quarter above its longest demonstrations (move every .txt with five files
+                 listed: 200 tokens with `aha demo agent`'s tokenizer, which 192 cut as `length`); 3 rounds of
+                 tool calls, where every task is solved in at most 2
     calculator   add/subtract/multiply/divide on multiplications a small model gets wrong without them; reward: the
                  last number of the last reply is the answer (aha.envs.calculator)
     python       run_python in aha's sandbox on questions a short program answers (aha.envs.python); same reward
@@ -67,7 +70,7 @@ def _final_answer():
 
 register_task(Task(
     name="filesystem", load=_loader("filesystem", filesystem.make_tasks, 4000), rewards=_no_rewards,
-    correct=_tree_matches, environment=filesystem.FilesystemEnv, max_completion_length=192,
+    correct=_tree_matches, environment=filesystem.FilesystemEnv, max_completion_length=256,
     max_tool_calling_iterations=3,
     demonstrate=lambda row: demonstration_messages(row, "Done.", first=("list_dir", "read_file")),
     description="a virtual filesystem's tools; success: the final tree equals the reference"))

@@ -83,8 +83,11 @@ def test_demo_variants_are_named_after_the_command_and_their_settings_are_their_
     from aha.demo import VARIANTS
     assert DemoConfig().output_dir == "runs/demo" and DemoConfig(variant="aha").output_dir == "runs/demo_aha"
     assert DemoConfig(variant="aha", output_dir="x").output_dir == "x"
-    assert DemoConfig().sft_target == 0.25 and DemoConfig(variant="aha").sft_target == 0.5  # the variant's default
-    assert DemoConfig(variant="aha", sft_target=0.3).sft_target == 0.3 and DemoConfig(sft_target=0).sft_target == 0
+    from aha.demo import configured
+    assert DemoConfig().sft_target is None  # unset until the demo starts: then the variant's default
+    assert configured(DemoConfig()).sft_target == 0.25 and configured(DemoConfig(variant="aha")).sft_target == 0.5
+    assert configured(DemoConfig(variant="aha", sft_target=0.3)).sft_target == 0.3
+    assert configured(DemoConfig(sft_target=0)).sft_target == 0
     assert all(callable(importlib.import_module(f"aha.demo.{v.module}").run) for v in VARIANTS.values())
     assert main(["demo", "nosuch"]) == 2
     err = capsys.readouterr().err
@@ -154,7 +157,12 @@ def test_process_demo_arms_share_a_cold_start_and_record_their_credit(tmp_path):
 
 
 def test_the_agent_demo_uses_two_threads_unless_told_and_the_others_one():
-    from aha.config import ConfigError, DemoConfig
+    from aha.config import ConfigError
+    from aha.config import DemoConfig as given
+    from aha.demo import configured
+
+    def DemoConfig(**kwargs):  # as the demo runs it: the variant's defaults laid on
+        return configured(given(**kwargs))
     assert DemoConfig(variant="agent").threads == 2 and DemoConfig(variant="agent", threads=1).threads == 1
     assert DemoConfig().threads == DemoConfig(variant="aha").threads == DemoConfig(variant="process").threads == 1
     assert DemoConfig(variant="agent").sft_target == 0.3

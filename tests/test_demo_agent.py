@@ -4,11 +4,22 @@ and the held-out task success before and after."""
 import json
 import math
 
-from aha.cli import main
-from aha.demo import agent
+from aha.cli import _config, main
+from aha.config import DemoConfig
+from aha.demo import agent, configured
 from aha.envs.filesystem import FAMILIES
 from aha.models import load_tokenizer
 from aha.models.tiny import make_tiny
+
+
+def demo_config(**kwargs) -> DemoConfig:
+    """A DemoConfig as the demo runs it: the variant's defaults laid on what is given."""
+    return configured(DemoConfig(**kwargs))
+
+
+def demo_cli(argv: list[str]) -> DemoConfig:
+    """The DemoConfig `aha demo ARGV` runs."""
+    return configured(_config(DemoConfig, argv, "variant"))
 
 
 def test_teaching_a_model_to_copy_takes_its_loss_below_guessing(tmp_path):
@@ -73,28 +84,25 @@ def test_the_report_gives_greedy_and_sampled_gains_paired_by_task_and_greedy_suc
 
 def test_a_setting_given_on_the_command_line_is_kept_even_at_another_variants_default(tmp_path):
     """grpo_steps=200 is the arithmetic demo's default: the agent demo once took it for unset and ran 60."""
-    from aha.cli import _config
-    from aha.config import DemoConfig
-    given = _config(DemoConfig, ["agent", "grpo_steps=200", "prompts_per_step=32", f"output_dir={tmp_path}"],
-                    "variant")
+    given = demo_cli(["agent", "grpo_steps=200", "prompts_per_step=32", f"output_dir={tmp_path}"])
     assert given.grpo_steps == 200 and given.prompts_per_step == 32
     args = agent.grpo_args(given, tmp_path)
     assert args.max_steps == 200 and args.per_device_train_batch_size == 32 * 8
-    unset = _config(DemoConfig, ["agent"], "variant")  # left unset: the agent demo's own
+    unset = demo_cli(["agent"])  # left unset: the agent demo's own
     assert (unset.grpo_steps, unset.prompts_per_step, unset.sft_examples, unset.sft_steps) == (60, 16, 8000, 1000)
-    plain = _config(DemoConfig, [], "variant")  # and the arithmetic demo's are unchanged
+    plain = demo_cli([])  # and the arithmetic demo's are unchanged
     assert (plain.grpo_steps, plain.prompts_per_step, plain.sft_examples, plain.sft_check_every) == (200, 32, 2000, 10)
 
 
 def test_grpo_config_reaches_the_demos_grpo_config_and_a_wrong_name_is_refused(tmp_path):
-    from aha.cli import _config, main
-    from aha.config import ConfigError, DemoConfig
-    cfg = _config(DemoConfig, ["agent", "grpo_config={loss_type: dr_grpo, max_steps: 7}"], "variant")
+    from aha.cli import main
+    from aha.config import ConfigError
+    cfg = demo_cli(["agent", "grpo_config={loss_type: dr_grpo, max_steps: 7}"])
     args = agent.grpo_args(cfg, tmp_path)
     assert args.loss_type == "dr_grpo" and args.max_steps == 7 and args.max_completion_length == agent.MAX_TOKENS
     import pytest
     with pytest.raises(ConfigError, match="loss_typ"):
-        agent.grpo_args(DemoConfig(variant="agent", grpo_config={"loss_typ": "x"}), tmp_path)
+        agent.grpo_args(demo_config(variant="agent", grpo_config={"loss_typ": "x"}), tmp_path)
     assert main(["demo", "grpo_config={beta: 0.1}"]) == 2  # a setting of the agent demo only
 
 
@@ -102,9 +110,8 @@ def test_the_episode_budget_is_a_quarter_above_the_longest_demonstration_in_the_
     """Measured as the demo measures: seed 0's SFT demonstrations fit the tokenizer (as build_model does), and the
     longest of those and of the held-out tasks' demonstrations, in that tokenizer's tokens, fits the budget with
     its margin (at 192 tokens, move-every-.txt demonstrations of 200 were cut as `length`)."""
-    from aha.config import DemoConfig
     from aha.models.tiny import train_tokenizer
-    sft, _, _, test = agent.tasks(DemoConfig(variant="agent", seed=0))
+    sft, _, _, test = agent.tasks(demo_config(variant="agent", seed=0))
     demos = agent.demonstrations(sft)
     tokenizer = train_tokenizer(agent.demo_texts(demos), agent.VOCAB)
     longest = max(agent.episode_tokens(tokenizer, d) for d in demos + agent.demonstrations(test))
@@ -114,8 +121,7 @@ def test_the_episode_budget_is_a_quarter_above_the_longest_demonstration_in_the_
 def test_every_split_of_the_demo_holds_every_family_of_the_test_and_their_counts_are_printed(capsys):
     """The demo slices one train list into SFT, dev and GRPO: the families take turns in it, and none runs dry (the
     GRPO pool once held no copy and no mkdir task, both used up inside the SFT slice)."""
-    from aha.config import DemoConfig
-    splits = agent.tasks(DemoConfig(variant="agent", seed=3))
+    splits = agent.tasks(demo_config(variant="agent", seed=3))
     printed = capsys.readouterr().out
     test_families = set(agent.family_counts(splits[3]))
     assert test_families == set(FAMILIES)
@@ -130,7 +136,6 @@ def test_reward_funcs_named_in_grpo_config_reach_the_demos_trainer(tmp_path, mon
     """The trainer takes reward functions as an argument, not from its config: the demo passes them on, so
     grpo_config='{reward_funcs: [...]}' is no silent no-op."""
     import aha
-    from aha.config import DemoConfig
     seen = {}
 
     class Trainer:
@@ -144,11 +149,11 @@ def test_reward_funcs_named_in_grpo_config_reach_the_demos_trainer(tmp_path, mon
             return tmp_path
 
     monkeypatch.setattr(aha, "GRPOTrainer", Trainer)
-    cfg = DemoConfig(variant="agent", grpo_config={"reward_funcs": ["episode_ended", "tool_errors"],
+    cfg = demo_config(variant="agent", grpo_config={"reward_funcs": ["episode_ended", "tool_errors"],
                                                    "reward_weights": [0.2, 0.2], "balance_by": "family"})
-    rows = agent.tasks(DemoConfig(variant="agent", sft_examples=6, eval_problems=6))[2][:12]
+    rows = agent.tasks(demo_config(variant="agent", sft_examples=6, eval_problems=6))[2][:12]
     agent.train_grpo(cfg, tmp_path, tmp_path, rows, rows[:2])
     assert seen["reward_funcs"] == ["episode_ended", "tool_errors"] and seen["args"].balance_by == "family"
     assert {r["family"] for r in seen["train_dataset"]} == set(FAMILIES)
-    agent.train_grpo(DemoConfig(variant="agent"), tmp_path, tmp_path, rows, rows[:2])
+    agent.train_grpo(demo_config(variant="agent"), tmp_path, tmp_path, rows, rows[:2])
     assert seen["reward_funcs"] is None  # the environment's reward alone

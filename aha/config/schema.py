@@ -896,23 +896,20 @@ class DemoConfig:
     def __post_init__(self):
         if not self.output_dir:
             self.output_dir = "runs/demo" + (f"_{self.variant}" if self.variant else "")
-        from importlib import import_module
-        # each variant's defaults live beside its run() (aha/demo/<name>.py DEFAULTS); the demo room imports this
-        # one, so its table is looked up by name as a config is built, both loaded by then (as ENGINES names engines)
-        for key, value in import_module("aha.demo").defaults(self.variant).items():
-            if getattr(self, key) is None:
-                setattr(self, key, value)
+        # the settings left None take the variant's defaults, which live beside its run() (aha/demo/<name>.py
+        # DEFAULTS) and are laid on by aha.demo.configured as the demo starts: here only a value given is checked
+        unset = lambda rule: lambda v: v is None or rule(v)  # noqa: E731
         require_all(self, {
-            "sft_target": (lambda v: 0 <= v <= 1, "in [0, 1]"),
-            "threads": (at_least_one, ">= 1"),
+            "sft_target": (unset(lambda v: 0 <= v <= 1), "in [0, 1]"),
+            "threads": (unset(at_least_one), ">= 1"),
             "reflect_share": (lambda v: 0 <= v <= 1, "in [0, 1]"),
             "wait_reward": (math.isfinite, "a finite number"),
             "held_out_samples": (non_negative, ">= 0"),
             "grpo_temperature": (lambda v: v > 0 and math.isfinite(v), "> 0"),
             "grpo_beta": (lambda v: v >= 0 and math.isfinite(v), ">= 0"),
             "credit": (lambda v: v in CREDITS, f"one of {', '.join(CREDITS)}"),
-            **{k: (at_least_one, ">= 1") for k in ("sft_steps", "sft_check_every", "sft_batch", "grpo_steps",
-                                                    "prompts_per_step", "num_generations", "eval_problems")}})
+            **{k: (unset(at_least_one), ">= 1") for k in ("sft_steps", "sft_check_every", "sft_batch", "grpo_steps",
+                                                           "prompts_per_step", "num_generations", "eval_problems")}})
 
 
 @checked

@@ -18,6 +18,7 @@ runs/demo_NAME). Adding one, say `aha demo agent`:
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from typing import NamedTuple
 
@@ -45,6 +46,12 @@ VARIANTS: dict[str, Variant] = {
                        fields=("credit", "sft_model", "prm_model")),
 }
 """Variant name ("" for plain `aha demo`) -> the file that runs it."""
+
+
+def configured(cfg: DemoConfig) -> DemoConfig:
+    """`cfg` with each setting left None set to its variant's default (`defaults`); a value given is kept."""
+    given = {key: value for key, value in defaults(cfg.variant).items() if getattr(cfg, key) is None}
+    return dataclasses.replace(cfg, **given)
 
 
 def defaults(name: str) -> dict:
@@ -75,5 +82,5 @@ def command(name: str) -> str:
 def run_demo(cfg: DemoConfig) -> dict:
     """Run the variant `cfg.variant` names (see VARIANTS)."""
     variant = check_variant(cfg)
-    return importlib.import_module(f"{__name__}.{variant.module}").run(cfg)
+    return importlib.import_module(f"{__name__}.{variant.module}").run(configured(cfg))
 

@@ -13,23 +13,24 @@ that raises SystemExit or sleeps is the call's failure, never the trainer's. Eac
 
 from __future__ import annotations
 
+import asyncio
 import inspect
+import math
 import threading
-from concurrent.futures import ThreadPoolExecutor
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..data.toolcalls import ToolCall
 from ..rewards.deadline import RewardTimeout
-from ..rewards.scoring import call_on_thread, start_async
+from ..rewards.scoring import ASYNC_GRACE_S, awaited, call_on_thread, start_async
 
 OUTCOMES = ("ok", "malformed", "unknown", "bad_arguments", "raised", "bad_result", "timeout", "retired")
 """What a call can come to; all but ok and timeout count in tools/errors."""
 TOOL_WORKERS = 64
-"""Most episodes whose tool calls run at once (`call_all`): threads that mostly wait, each call on its own thread or
-event loop under tool_timeout."""
-_RETIRING = threading.Lock()
-"""Retirements come from the threads of `call_all`: one at a time, so none is lost."""
+"""Most sync tool calls that run at once (`call_all`): threads that mostly wait, each call on its own daemon thread
+under tool_timeout. Async calls are not counted: a round's all share one event loop."""
 JSON_TYPES: dict[str, Callable[[Any], bool]] = {
     "integer": lambda v: isinstance(v, int) and not isinstance(v, bool) or isinstance(v, float) and v.is_integer(),
     "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
@@ -108,12 +109,9 @@ def _finished(finish: Callable, value: Any) -> tuple[str, Any]:
         return "bad_result", describe(e)
 
 
-def guarded(fn: Callable, kwargs: dict, timeout_s: float, finish: Callable = lambda value: value):
-    """("ok", finish(fn(**kwargs))), ("raised", (the exception's type name, its text)), ("bad_result", the text of
-    what finish raised), or RewardTimeout past `timeout_s`. The call, `finish` and the exception's text all run
-    where the call can be cut off (a sync fn on a daemon thread, abandoned at the limit; an async one on an event
-    loop, cancelled), so nothing of the callee's objects (a __str__ that raises SystemExit or sleeps) runs on the
-    caller's thread."""
+def settling(fn: Callable, kwargs: dict, finish: Callable) -> Callable:
+    """fn(**kwargs) as a function of nothing (a coroutine function when fn is one) that gives ("ok", finish(value)),
+    ("raised", (the exception's type name, its text)) or ("bad_result", the text of what finish raised)."""
     if inspect.iscoroutinefunction(fn):
         async def settled():
             try:
@@ -121,7 +119,7 @@ def guarded(fn: Callable, kwargs: dict, timeout_s: float, finish: Callable = lam
             except (Exception, SystemExit, KeyboardInterrupt) as e:  # CancelledError is the time limit's own
                 return "raised", (type(e).__name__, describe(e))
             return _finished(finish, value)
-        return start_async([(settled, {})], timeout_s)()[0]
+        return settled
 
     def settled_sync():
         try:
@@ -129,7 +127,24 @@ def guarded(fn: Callable, kwargs: dict, timeout_s: float, finish: Callable = lam
         except BaseException as e:  # noqa: BLE001 - off the main thread no stop signal can land here
             return "raised", (type(e).__name__, describe(e))
         return _finished(finish, value)
-    return call_on_thread(settled_sync, timeout_s, {}, name="aha-tool-call")
+    return settled_sync
+
+
+def run_settled(settled: Callable, timeout_s: float):
+    """A `settling` function's outcome, or RewardTimeout past `timeout_s`: a sync one on a daemon thread, abandoned
+    at the limit; an async one on an event loop of its own, cancelled (start_async)."""
+    if inspect.iscoroutinefunction(settled):
+        return start_async([(settled, {})], timeout_s)()[0]
+    return call_on_thread(settled, timeout_s, {}, name="aha-tool-call")
+
+
+def guarded(fn: Callable, kwargs: dict, timeout_s: float, finish: Callable = lambda value: value):
+    """("ok", finish(fn(**kwargs))), ("raised", (the exception's type name, its text)), ("bad_result", the text of
+    what finish raised), or RewardTimeout past `timeout_s`. The call, `finish` and the exception's text all run
+    where the call can be cut off (a sync fn on a daemon thread, abandoned at the limit; an async one on an event
+    loop, cancelled), so nothing of the callee's objects (a __str__ that raises SystemExit or sleeps) runs on the
+    caller's thread."""
+    return run_settled(settling(fn, kwargs, finish), timeout_s)
 
 
 def as_text(value: Any) -> tuple[str, bool]:
@@ -172,6 +187,12 @@ class Toolbox:
 
     def call(self, call: ToolCall) -> ToolResult:
         """The tool message for one call (see the module doc); never raises."""
+        ready = self.ready(call)
+        return ready if isinstance(ready, ToolResult) else self.result(call.name, run_settled(ready, self.timeout_s))
+
+    def ready(self, call: ToolCall) -> ToolResult | Callable:
+        """The call as a `settling` function to run under timeout_s, or the message of a call that is not run (it is
+        malformed, names no tool, has arguments the schema refuses, or is on a retired environment)."""
         if call.error is not None:
             return ToolResult(call.name or "invalid", error_message(call.error), "malformed")
         if call.name not in self.tools:
@@ -184,17 +205,22 @@ class Toolbox:
         kwargs, why = check_arguments(self.by_name[call.name], call.arguments)
         if why is not None:
             return ToolResult(call.name, error_message(why), "bad_arguments")
-        outcome = guarded(self.tools[call.name], kwargs, self.timeout_s, as_text)
+        return settling(self.tools[call.name], kwargs, as_text)
+
+    def result(self, name: str, outcome: Any) -> ToolResult:
+        """The message of a call that ran (`run_settled`'s outcome); one past the limit on an environment's method
+        retires the environment."""
         if isinstance(outcome, RewardTimeout):
-            self._retire(call.name)
-            return ToolResult(call.name, error_message(f"{call.name} ran past tool_timeout={self.timeout_s:g} s"),
-                              "timeout")
+            self._retire(name)
+            return ToolResult(name, error_message(f"{name} ran past tool_timeout={self.timeout_s:g} s"), "timeout")
+        if isinstance(outcome, BaseException):  # an async tool's own CancelledError, which no except clause takes
+            return ToolResult(name, error_message(describe(outcome)), "raised")
         kind, value = outcome
         if kind == "raised":
-            return ToolResult(call.name, error_message(value[1]), "raised")
+            return ToolResult(name, error_message(value[1]), "raised")
         if kind == "bad_result":
-            return ToolResult(call.name, error_message(f"{call.name} returned {value}"), "bad_result")
-        return ToolResult(call.name, value[0], "ok", non_string=value[1])
+            return ToolResult(name, error_message(f"{name} returned {value}"), "bad_result")
+        return ToolResult(name, value[0], "ok", non_string=value[1])
 
     def _retire(self, name: str) -> None:
         if name in self.env_methods:
@@ -205,16 +231,93 @@ class Toolbox:
         if not self.retired:
             self.retired = True
             if self.retire is not None:
-                with _RETIRING:
-                    self.retire()
+                self.retire()
+
+
+class RoundLoop:
+    """The one event loop a round's async calls share, on a daemon thread, each call under its own limit (awaited).
+    A coroutine that blocks the loop cannot be cancelled: as start_async's, the calls waiting on it are given up as
+    timeouts ASYNC_GRACE_S past their limit and the loop is abandoned with its thread; later calls get a fresh one."""
+
+    def __init__(self):
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def submit(self, settled: Callable, timeout_s: float) -> tuple[Future, float, asyncio.AbstractEventLoop]:
+        """The call's future, the time.monotonic() past which its loop is taken to be blocked, and the loop."""
+        if self.loop is None:
+            self.loop = asyncio.new_event_loop()
+            threading.Thread(target=_run_loop, args=(self.loop,), daemon=True, name="aha-async-tools").start()
+        return (asyncio.run_coroutine_threadsafe(awaited(settled, {}, timeout_s), self.loop),
+                time.monotonic() + timeout_s + ASYNC_GRACE_S, self.loop)
+
+    def close(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Stop the loop (or `loop`, if it is still the one in use) when it is next free, which a blocked one may
+        never be; a later call starts a fresh one."""
+        if self.loop is not None and loop in (None, self.loop):
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.loop = None
+
+
+def _outcome(future: Future) -> Any:
+    """A call's outcome as run_settled gives it: what it returned, what ended it (a tool's own CancelledError), or
+    RewardTimeout when it is not done."""
+    if not future.done():
+        return RewardTimeout()
+    try:
+        return future.result()
+    except BaseException as e:  # noqa: BLE001 - the call's, not the caller's
+        return e
+
+
+def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
+    try:
+        loop.run_forever()
+    finally:
+        loop.close()
 
 
 def call_all(jobs: list[tuple[Toolbox, list[ToolCall]]]) -> list[list[ToolResult]]:
-    """The results of each toolbox's calls: the toolboxes side by side (at most TOOL_WORKERS at once), each one's
-    calls in the order given, so an environment sees its calls in the order the model wrote them, and none after
-    one ran past tool_timeout (Toolbox.call). Tools that hang cost a round about tool_timeout per call of one
-    episode, not per call of every episode."""
-    if len(jobs) <= 1:
-        return [[box.call(c) for c in calls] for box, calls in jobs]
-    with ThreadPoolExecutor(min(len(jobs), TOOL_WORKERS), thread_name_prefix="aha-tools") as pool:
-        return list(pool.map(lambda job: [job[0].call(c) for c in job[1]], jobs))
+    """The results of each toolbox's calls, in the order given. The calls of a round run side by side: sync ones on
+    a pool of TOOL_WORKERS threads, async ones all on one event loop (RoundLoop), each under tool_timeout. The calls
+    to one environment's methods run one after another in the order the model wrote them, and none after one ran
+    past tool_timeout (Toolbox.call); calls to standalone tools keep no order (there is no state between them to
+    keep it for), so they run side by side, even two of one episode: a standalone tool must take calls at once, as
+    it does from the episodes of a round. A tool that hangs costs a round its timeout once, not once per call."""
+    results: list[list[ToolResult | None]] = [[None] * len(calls) for _, calls in jobs]
+    queues = []  # (job, call) indices to run one after another: an environment's calls, or one standalone call
+    for j, (box, calls) in enumerate(jobs):
+        own = [(j, i) for i, c in enumerate(calls) if c.name in box.env_methods]
+        queues += ([own] if own else []) + [[(j, i)] for i, c in enumerate(calls) if c.name not in box.env_methods]
+    loop, running = RoundLoop(), {}  # future -> (its queue, when it is given up, its event loop or None)
+    with ThreadPoolExecutor(TOOL_WORKERS, thread_name_prefix="aha-tools") as pool:
+        def start(queue: list) -> None:
+            """Answer the queue's calls that are not run; start the first that is."""
+            while queue:
+                j, i = queue[0]
+                box = jobs[j][0]
+                ready = box.ready(jobs[j][1][i])
+                if not isinstance(ready, ToolResult):
+                    future, deadline, its_loop = loop.submit(ready, box.timeout_s) \
+                        if inspect.iscoroutinefunction(ready) \
+                        else (pool.submit(run_settled, ready, box.timeout_s), math.inf, None)  # ends by its limit
+                    running[future] = queue, deadline, its_loop
+                    return
+                results[j][i] = ready
+                queue.pop(0)
+
+        for queue in queues:
+            start(queue)
+        while running:
+            first = min(deadline for _, deadline, _ in running.values())
+            wait(running, None if first == math.inf else max(first - time.monotonic(), 0), FIRST_COMPLETED)
+            now = time.monotonic()
+            for future, (queue, deadline, its_loop) in list(running.items()):
+                if future.done() or deadline <= now:
+                    del running[future]
+                    if not future.done():  # its loop is blocked
+                        loop.close(its_loop)
+                    j, i = queue.pop(0)
+                    results[j][i] = jobs[j][0].result(jobs[j][1][i].name, _outcome(future))
+                    start(queue)
+        loop.close()
+    return results

@@ -124,26 +124,29 @@ def call_on_thread(fn: Callable, timeout_s: float, kwargs: dict, name: str = "ah
     return box[0]
 
 
+async def awaited(fn: Callable, kwargs: dict, timeout_s: float) -> Any:
+    """await fn(**kwargs): its value, the exception it raised, or RewardTimeout when it runs past `timeout_s` (it
+    is cancelled then). A coroutine that blocks its loop is not cut off here: whoever waits for the loop is."""
+    async def caught():
+        try:
+            return await fn(**kwargs)
+        except (Exception, SystemExit, KeyboardInterrupt) as e:  # asyncio would end its whole loop on the last two
+            return e
+    try:
+        return await asyncio.wait_for(caught(), None if not math.isfinite(timeout_s) else timeout_s)
+    except asyncio.TimeoutError:
+        return RewardTimeout()
+
+
 def start_async(calls: list[tuple[Callable, dict]], timeout_s: float) -> Callable[[], list]:
     """Start awaiting the async reward functions together on a daemon thread, each on its own inputs and with
     `timeout_s`; returns a function that waits for them (bounded) and gives their outcomes as _call_sync's.
     A coroutine that blocks its event loop past the limit is abandoned with its thread."""
     limit = None if not math.isfinite(timeout_s) else timeout_s
 
-    async def caught(fn, kwargs):
-        try:
-            return await fn(**kwargs)
-        except (Exception, SystemExit, KeyboardInterrupt) as e:  # asyncio would end its whole loop on the last two
-            return e
-
-    async def one(fn, kwargs):
-        try:
-            return await asyncio.wait_for(caught(fn, kwargs), limit)
-        except asyncio.TimeoutError:
-            return RewardTimeout()
-
     async def gather() -> list:
-        return await asyncio.gather(*(one(fn, kwargs) for fn, kwargs in calls), return_exceptions=True)
+        return await asyncio.gather(*(awaited(fn, kwargs, timeout_s) for fn, kwargs in calls),
+                                    return_exceptions=True)
 
     box: list[Any] = [[RewardTimeout() for _ in calls]]
     worker = threading.Thread(target=lambda: box.__setitem__(0, asyncio.run(gather())), daemon=True,

@@ -49,6 +49,11 @@ class Rollout:
 GroupCallback = Callable[[int, Rollout], None]
 """on_group(i, rollout): prompt i's n completions (a Rollout of n rows) are finished."""
 
+TurnCallback = Callable[[list[int], Rollout], list[tuple[list[int], int] | None]]
+"""on_turn_end(rows, turns): the turns of output rows `rows` (a Rollout of those rows, in that order) ended at one
+decode step; for each, (its next context, the most new tokens of its next turn) to go on in the running batch, or
+None where the row is done."""
+
 
 @runtime_checkable
 class Engine(Protocol):
@@ -69,6 +74,8 @@ class Engine(Protocol):
 
     # Optional: keep_caches() -> a context manager within which each generate call keeps its rows' key/value caches
     # for the next call, whose contexts extending them prefill only what was added (HFEngine.keep_caches).
+    # Optional: generate(..., on_turn_end=, limits=) -> each row's turns decoded in one call, a row whose turn ends
+    # going on with its next context (a TurnCallback) while the others decode (HFEngine.generate; aha.rollout.turns).
 
 
 def keeping_caches(engine: Engine) -> ContextManager:

@@ -31,7 +31,7 @@ from torch import Tensor
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from ..models.load import attention_kernels, cache_arg, context_length
-from .base import GroupCallback, Rollout, SamplingParams
+from .base import GroupCallback, Rollout, SamplingParams, TurnCallback
 
 CACHE_CHUNK = 128
 """Key/value columns LayerCache starts with past the prompt and adds at least when full (it grows by an eighth):
@@ -590,11 +590,10 @@ class KeptCaches:
         return None
 
 
-def prefill_plan(contexts: list[list[int]], kept: KeptCaches | None, pad: int) -> tuple:
-    """What prefilling `contexts` computes, past the longest kept cache of each (`kept`; None: none): ids [P,q] of
-    the tokens after it (left-padded), the mask [P,C+q] of its kept columns (right-aligned to column C, the
-    longest kept) then those tokens, their positions [P,q], and each one's Kept (or None)."""
-    hits = [kept.find(p) if kept is not None else None for p in contexts]
+def prefill_plan(contexts: list[list[int]], hits: list[Kept | None], pad: int) -> tuple:
+    """What prefilling `contexts` computes, past the kept cache of each (`hits`: a `Kept` of a prefix of it, or None):
+    ids [P,q] of the tokens after it (left-padded), the mask [P,C+q] of its kept columns (right-aligned to column C,
+    the longest kept) then those tokens, and their positions [P,q]."""
     done = [0 if h is None else h.length for h in hits]
     P, C, q = len(contexts), max(done), max(len(p) - c for p, c in zip(contexts, done))
     ids = torch.full((P, q), pad, dtype=torch.long)                              # [P,q]
@@ -603,7 +602,7 @@ def prefill_plan(contexts: list[list[int]], kept: KeptCaches | None, pad: int) -
         ids[i, q - len(p) + c:] = torch.tensor(p[c:], dtype=torch.long)
         mask[i, C - c:C] = 1
         mask[i, C + q - len(p) + c:] = 1
-    return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)[:, C:], hits
+    return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)[:, C:]
 
 
 class HFEngine:
@@ -660,52 +659,80 @@ class HFEngine:
 
     @torch.no_grad()
     def generate(self, prompt_ids: list[list[int]], n: int, params: SamplingParams,
-                 generator: torch.Generator | None = None, on_group: GroupCallback | None = None) -> Rollout:
+                 generator: torch.Generator | None = None, on_group: GroupCallback | None = None,
+                 on_turn_end: TurnCallback | None = None, limits: list[int] | None = None) -> Rollout:
         """n completions per prompt, prompt-major (see Rollout); `on_group(i, rollout)` as each prompt's n finish.
         At most max_batch rows decode at once (at least one prompt's n rows: they start together). Rows that do
         not fit wait, and start the next batch once the running one is done, or (LayerCache, with ADMIT_FRACTION
-        < 1) join it as a cohort as its rows finish. A prompt + max_new_tokens past the model's context is an
-        error."""
+        < 1) join it as a cohort as its rows finish. `limits`: each row's most new tokens (at most max_new_tokens).
+        `on_turn_end` (not with on_group): a row whose turn ends may go on with a next context, which rejoins the
+        running batch at the next decode step as a cohort, prefilling only the tokens past the row's own cache
+        (a cache that cannot take rows in: at the next batch); the Rollout then holds each row's last turn. A prompt
+        + max_new_tokens past the model's context is an error."""
         if not prompt_ids or any(len(p) == 0 for p in prompt_ids):
             raise ValueError("generate needs at least one prompt and no empty prompt")
-        longest, ctx = max(map(len, prompt_ids)), context_length(self.model)
-        if ctx and longest + params.max_new_tokens > ctx:
-            raise ValueError(f"a prompt of {longest} tokens + max_new_tokens {params.max_new_tokens} exceeds the "
+        longest, ctx, T = max(map(len, prompt_ids)), context_length(self.model), params.max_new_tokens
+        if ctx and longest + T > ctx:
+            raise ValueError(f"a prompt of {longest} tokens + max_new_tokens {T} exceeds the "
                              f"model's context of {ctx} tokens")
+        if on_group is not None and on_turn_end is not None:
+            raise ValueError("generate takes on_group or on_turn_end, not both")
+        if limits is not None and (len(limits) != len(prompt_ids) * n or not all(1 <= x <= T for x in limits)):
+            raise ValueError(f"limits: one per row ({len(prompt_ids) * n}), each from 1 to max_new_tokens {T}")
         was_training = self.model.training
         self.model.eval()
         try:
-            return self._decode(prompt_ids, n, params, generator, on_group)
+            return self._decode(prompt_ids, n, params, generator, on_group, on_turn_end, limits)
         finally:
             self.model.train(was_training)
 
     def _decode(self, prompts: list[list[int]], n: int, params: SamplingParams, generator: torch.Generator | None,
-                on_group: GroupCallback | None) -> Rollout:
+                on_group: GroupCallback | None, on_turn_end: TurnCallback | None = None,
+                limits: list[int] | None = None) -> Rollout:
         """The decode loop of one generate call. Buffers are indexed by output row (prompt i's samples are rows
-        i*n..i*n+n-1); `rows` lists the rows in the batch, in the cache's order."""
-        device, kept = next(self.model.parameters()).device, self._turn_over()
+        i*n..i*n+n-1), and one more, the spent row M, which a batch row points at once its output row has gone on
+        to a next turn (`_go_on`: within keep_caches, `own`, it prefills only what its own cache lacks); `rows` lists
+        the rows in the batch, in the cache's order."""
+        device, own, kept = next(self.model.parameters()).device, self.kept is not None, self._turn_over()
         P, T, M = len(prompts), params.max_new_tokens, len(prompts) * n
+        total = max(map(len, prompts)) + T                                      # the longest row a cache holds
         generator, eos = on_device(generator, device), self.eos.to(device)
-        out = torch.full((M, T), self.pad, dtype=torch.long, device=device)     # [M,T]
-        length = torch.zeros(M, dtype=torch.long, device=device)                # [M] tokens so far
-        done = torch.zeros(M, dtype=torch.bool, device=device)                  # [M] ended with EOS
-        logp = torch.zeros((M, T), device=device) if params.logprobs else None  # [M,T]
+        out = torch.full((M + 1, T), self.pad, dtype=torch.long, device=device)     # [M+1,T]
+        length = torch.zeros(M + 1, dtype=torch.long, device=device)                # [M+1] tokens so far
+        done = torch.zeros(M + 1, dtype=torch.bool, device=device)                  # [M+1] ended with EOS
+        done[M] = True                                                              # the spent row never decodes
+        limit = torch.tensor((limits or [T] * M) + [T], dtype=torch.long, device=device)  # [M+1] most tokens
+        logp = torch.zeros((M + 1, T), device=device) if params.logprobs else None  # [M+1,T]
         reported = torch.zeros(P, dtype=torch.bool, device=device)              # [P] groups given to on_group
         rows = torch.zeros(0, dtype=torch.long, device=device)                  # [m] output row of each batch row
+        contexts = [prompts[r // n] for r in range(M)]                          # each row's context
+        going_on: list[tuple] = []                                               # (row, Kept | None): next turns
         cache, packed, started = None, None, 0                                   # rows started: 0..started-1
         while True:
+            admits = cache is None or cache.admits_rows
+            joining, going_on = (going_on, []) if admits else ([], going_on)
             room = self.max_batch - len(rows) if len(rows) else max(1, self.max_batch // n) * n  # whole prompts
             least = max(1, int(ADMIT_FRACTION * self.max_batch)) if len(rows) else 1
-            if started < M and room >= least and (cache is None or cache.admits_rows):  # start rows (new batch if none)
-                new_rows = torch.arange(started, min(M, started + room), device=device)
-                cache, new_logits, new_pos = self._admit(cache, prompts, new_rows, n, T, packed, kept)
-                packed, started = getattr(cache, "packed", None), started + len(new_rows)
-                kept = kept if started < M else None  # every row started: the last call's caches are free to go
+            fresh = started < M and room >= least and admits and not joining
+            if joining or fresh:  # start rows (a new batch if none): the next turns that wait, or the next prompts
+                if joining:
+                    new_rows = torch.tensor([r for r, _ in joining], dtype=torch.long, device=device)
+                    starts = [(contexts[r], 1, hit) for r, hit in joining]
+                else:
+                    new_rows = torch.arange(started, min(M, started + room), device=device)
+                    index, counts = torch.unique_consecutive(new_rows // n, return_counts=True)
+                    starts = [(prompts[i], c, kept.find(prompts[i]) if kept is not None else None)
+                              for i, c in zip(index.tolist(), counts.tolist())]
+                    started += len(new_rows)
+                    kept = kept if started < M else None  # every row started: the last call's caches are free to go
+                cache, new_logits, new_pos = self._admit(cache, starts, T, total, packed)
+                del starts, joining  # the kept caches they name are copied in: free to go
+                packed = getattr(cache, "packed", None)
                 logits, next_pos = ((new_logits, new_pos) if not len(rows) else
                                     (torch.cat([logits, new_logits]), torch.cat([next_pos, new_pos])))
                 rows = torch.cat([rows, new_rows])
             tok = sample_tokens(logits, params, generator)                      # [m]
-            live = ~done[rows] & (length[rows] < T)                              # [m]
+            live = ~done[rows] & (length[rows] < limit[rows])                    # [m]
             at, new_tok = rows[live], tok[live]                                  # [k] rows that take a token
             col = length[at]
             out[at, col] = new_tok
@@ -715,16 +742,22 @@ class HFEngine:
             length[at] = col + 1
             done[at[torch.isin(new_tok, eos)]] = True
             if on_group is not None:
-                self._report(on_group, reported, out, length, done, logp, n, T)
-            finished = done[rows] | (length[rows] == T)                          # [m]
+                self._report(on_group, reported, out[:M], length[:M], done[:M], limit[:M], logp, n)
+            if on_turn_end is not None:
+                ended = at[done[at] | (length[at] == limit[at])]                 # [e] turns that ended now
+                if len(ended):
+                    going_on += self._go_on(on_turn_end, ended, cache if own else None, rows, contexts, out, length,
+                                            done, limit, logp, total)
+            finished = done[rows] | (length[rows] == limit[rows])                # [m]
             if bool(finished.all()):
-                self._keep(cache, torch.arange(len(rows)), rows, prompts, n, out, length)
-                if started == M:
+                self._keep(cache, torch.arange(len(rows)), rows, contexts, out, length)
+                if started == M and not going_on:
                     break
-                cache, rows = None, rows[:0]  # the next prompts start a new batch
+                cache, rows = None, rows[:0]  # the next rows start a new batch
                 continue
-            if not cache.fixed_rows and finished.sum() >= max(1, COMPACT_FRACTION * len(rows)):
-                self._keep(cache, finished.nonzero().squeeze(-1), rows, prompts, n, out, length)
+            if not cache.fixed_rows and (finished.sum() >= max(1, COMPACT_FRACTION * len(rows))
+                                         or len(rows) + len(going_on) > self.max_batch):
+                self._keep(cache, finished.nonzero().squeeze(-1), rows, contexts, out, length)
                 keep = (~finished).nonzero().squeeze(-1)
                 cache.select(keep)
                 rows, tok, next_pos = rows[keep], tok[keep], next_pos[keep]
@@ -732,10 +765,34 @@ class HFEngine:
             next_pos = next_pos + 1
         return self._rows(out, length, done, logp, slice(0, M))
 
+    def _go_on(self, on_turn_end: TurnCallback, ended: Tensor, cache, rows: Tensor, contexts: list[list[int]],
+               out: Tensor, length: Tensor, done: Tensor, limit: Tensor, logp: Tensor | None, total: int) -> list:
+        """Hand the turns of output rows `ended` to on_turn_end; each row that goes on is reset for its next turn
+        (its context and limit set, its batch row pointed at the spent row, so it decodes no more there) and
+        returned with its own cache (a `Kept`) where its next context extends the tokens that `cache` holds for it
+        (None: nothing is read from it)."""
+        nexts = on_turn_end(ended.tolist(), self._rows(out, length, done, logp, ended))
+        spent, T, going = len(out) - 1, out.shape[1], []
+        for r, follow in zip(ended.tolist(), nexts):
+            if follow is None:
+                continue
+            context, most = follow
+            if not 1 <= most <= T or len(context) + most > total:
+                raise ValueError(f"a next turn of {len(context)} tokens + {most} new ones: at most {T} new ones and "
+                                 f"{total} in all (the longest prompt + max_new_tokens)")
+            i = int((rows == r).nonzero()[0])
+            held = contexts[r] + out[r, :int(length[r]) - 1].tolist()  # the last token was sampled, never fed
+            hit = None
+            if isinstance(cache, LayerCache) and len(context) > len(held) and context[:len(held)] == held:
+                hit = Kept(len(held), *cache.columns(i, len(held)))
+            rows[i], contexts[r], length[r], done[r], limit[r] = spent, context, 0, False, most
+            going.append((r, hit))
+        return going
+
     def _report(self, on_group: GroupCallback, reported: Tensor, out: Tensor, length: Tensor, done: Tensor,
-                logp: Tensor | None, n: int, T: int) -> None:
+                limit: Tensor, logp: Tensor | None, n: int) -> None:
         """on_group(i, its rollout) for each prompt whose n rows have all finished since the last report."""
-        for g in ((done | (length == T)).view(-1, n).all(1) & ~reported).nonzero().squeeze(-1).tolist():
+        for g in ((done | (length == limit)).view(-1, n).all(1) & ~reported).nonzero().squeeze(-1).tolist():
             reported[g] = True
             on_group(g, self._rows(out, length, done, logp, slice(g * n, (g + 1) * n)))
 
@@ -747,41 +804,41 @@ class HFEngine:
         kept, self.kept = self.kept, KeptCaches(self.max_batch)
         return kept
 
-    def _keep(self, cache, leaving: Tensor, rows: Tensor, prompts: list[list[int]], n: int, out: Tensor,
+    def _keep(self, cache, leaving: Tensor, rows: Tensor, contexts: list[list[int]], out: Tensor,
               length: Tensor) -> None:
         """Within keep_caches: the caches of batch rows `leaving` kept, each by the tokens it holds (its context and
-        every token it generated but the last)."""
+        every token it generated but the last); batch rows of the spent row hold a turn that went on, not kept."""
         if self.kept is None or not isinstance(cache, LayerCache):
             return
         for i in leaving.tolist():
             if self.kept.full():
                 return
             r = int(rows[i])
-            tokens = prompts[r // n] + out[r, :int(length[r]) - 1].tolist()
-            self.kept.put(tokens, *cache.columns(i, len(tokens)))
+            if r < len(contexts):
+                tokens = contexts[r] + out[r, :int(length[r]) - 1].tolist()
+                self.kept.put(tokens, *cache.columns(i, len(tokens)))
 
-    def _admit(self, cache, prompts: list[list[int]], rows: Tensor, n: int, T: int, packed: dict | None,
-               kept: KeptCaches | None = None) -> tuple:
-        """Start output rows `rows` (row r samples prompts[r // n]), each prompt prefilled once past its longest
-        kept cache (`kept`, `prefill_plan`): in a new cache (cache None; its weights prepacked as `packed`) or as a
-        new cohort of `cache`'s batch. The cache, the rows' logits [k,V] and their next positions [k]."""
+    def _admit(self, cache, starts: list[tuple], T: int, total: int, packed: dict | None) -> tuple:
+        """Start rows: `starts` lists (context, rows of it, its kept cache or None), each context prefilled once
+        past its kept cache (`prefill_plan`): in a new cache (cache None; its weights prepacked as `packed`) or as
+        a new cohort of `cache`'s batch. The cache, the rows' logits [k,V] and their next positions [k]."""
         device = next(self.model.parameters()).device
-        index, counts = torch.unique_consecutive(rows // n, return_counts=True)  # prompts, rows of each
-        total = max(map(len, prompts)) + T
-        kept = kept if cache is not None or self._fast(total) else None          # HFCache keeps nothing
-        ids, mask, pos, hits = prefill_plan([prompts[i] for i in index.tolist()], kept, self.pad)
-        ids, mask, pos = ids.to(device), mask.to(device), pos.to(device)         # [P,q], [P,C+q], [P,q]
+        contexts, counts, hits = (list(x) for x in zip(*starts))
+        if cache is None and not self._fast(total):
+            hits = [None] * len(hits)                                            # HFCache keeps nothing
+        ids, mask, pos = (x.to(device) for x in prefill_plan(contexts, hits, self.pad))  # [P,q], [P,C+q], [P,q]
+        counts = torch.tensor(counts, device=device)
         with attention_kernels(device):  # the prefill's width changes with the prompts; decode steps' shapes repeat
             if cache is not None:
                 cache = cache if isinstance(cache, Cohorts) else Cohorts(cache)
                 logits = cache.admit(ids, mask, pos, counts, hits)               # [P,V]
             else:
                 cache = self._cache(mask, T, total, packed)
-                if kept is not None:
+                if any(h is not None for h in hits):
                     cache.load(hits, mask.shape[1] - ids.shape[1])
                 logits = cache.forward(ids, pos)                                 # [P,V]
-                if n > 1:  # prefill once per prompt, then share the cache among its n samples
-                    cache.repeat(n)
+                if int(counts[0]) > 1:  # prefill once per prompt, then share the cache among its n samples
+                    cache.repeat(int(counts[0]))
         return cache, logits.repeat_interleave(counts, 0), mask.sum(-1).repeat_interleave(counts, 0)
 
     def _fast(self, total: int) -> bool:
@@ -797,7 +854,7 @@ class HFEngine:
             return GraphCache(self.model, mask, T, packed=packed)
         return LayerCache(self.model, mask, T, packed=packed) if fast else HFCache(self.model, mask, T)
 
-    def _rows(self, out: Tensor, length: Tensor, done: Tensor, logp: Tensor | None, part: slice) -> Rollout:
+    def _rows(self, out: Tensor, length: Tensor, done: Tensor, logp: Tensor | None, part: slice | Tensor) -> Rollout:
         """The Rollout of output rows `part`, from the decode loop's buffers."""
         out, length, done = out[part].cpu(), length[part].tolist(), done[part].cpu()
         logp = None if logp is None else logp[part].cpu()

@@ -1,13 +1,21 @@
-"""The turn loop: an agent's episodes, advanced one model turn at a time for all of them together.
+"""The turn loop: an agent's episodes, each advanced one model turn at a time, all of them decoding together.
 
-Each round is one engine call for every episode still running (the first samples the G episodes of a prompt
-together when their prompts are the same). Inside the loop the engine keeps each episode's key/value cache from one
-round to the next (`keep_caches`, where the engine has it): a round prefills only the tokens added since the last,
-the tool messages and the template's turn markers, and the caches of episodes that ended are freed. A model turn's
-text is read for tool calls through the chat template (aha.data.toolcalls), the calls run (aha.envs.tools: every
-failure becomes a tool message), and the tokens the tool messages add are appended with loss mask 0: the model
-reads them, never trains on them. Token ids are spliced, never re-tokenized, so what the model saw is what the
-learner scores.
+Where the engine's generate takes `on_turn_end` (HFEngine), every turn of every episode runs in one engine call: at
+a decode step where some episodes' turns end, their tool calls run (side by side) and their next turns join the
+running decode batch at that step, while the other episodes go on decoding, so no episode waits for the longest
+turn of the others. Each turn decodes at most the budget its episode has left. Where episodes rejoin follows from
+their tokens alone, never from how long a tool took, so a seed gives the same samples run to run. Other engines (or
+rejoin=False) run rounds: one engine call for every episode still running, then the round's tools (the first call
+samples the G episodes of a prompt together when their prompts are the same, as does the single call). Either way
+the engine keeps each episode's key/value cache from one turn to the next (`keep_caches`, where the engine has it):
+a next turn prefills only the tokens added since the last, the tool messages and the template's turn markers, and
+the caches of episodes that ended are freed. With greedy decoding both give the same tokens, and log-probs equal
+to rounding (tests/test_episode_batching.py).
+
+A model turn's text is read for tool calls through the chat template (aha.data.toolcalls), the calls run
+(aha.envs.tools: every failure becomes a tool message), and the tokens the tool messages add are appended with loss
+mask 0: the model reads them, never trains on them. Token ids are spliced, never re-tokenized, so what the model
+saw is what the learner scores.
 
 The budget is TRL's: max_completion_length counts every token after the prompt, the model's and the tools'. A
 model turn is cut at what is left; tool results that would leave no room for one more model token are dropped,
@@ -19,6 +27,7 @@ episode: the others are truncated.
 
 from __future__ import annotations
 
+import inspect
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Callable
@@ -61,38 +70,83 @@ class Episode:
 
 
 def run_turns(engine: Engine, chat: ToolChat, episodes: list[Episode], group_size: int, params: SamplingParams,
-              generator: torch.Generator | None, max_rounds: int | None, context: int | None = None) -> Rollout:
+              generator: torch.Generator | None, max_rounds: int | None, context: int | None = None,
+              rejoin: bool = True) -> Rollout:
     """Run `episodes` (prompt-major, `group_size` per prompt) to their ends; every token after each prompt, its
-    loss mask and turn records, as one Rollout."""
-    budget, live, first = params.max_new_tokens, list(range(len(episodes))), True
-    with keeping_caches(engine):  # each round's call has every running episode: a cache not read is freed
-        while live:
-            running = [episodes[i] for i in live]
-            out = _generate(engine, running, group_size if first else 1, params, budget, generator, context)
-            first = False
-            calls = []
-            for k, e in enumerate(running):
-                lp = out.logprobs[k] if out.logprobs is not None else [0.0] * len(out.completion_ids[k])
-                calls.append(_take_turn(e, chat, out.completion_ids[k], out.truncated[k], lp, budget, max_rounds))
-            calling = [(e, c) for e, c in zip(running, calls) if c]  # each episode's calls in order, side by side
-            for (e, _), results in zip(calling, call_all([(e.toolbox, c) for e, c in calling])):
-                _take_results(e, chat, results, budget)
-            live = [i for i in live if episodes[i].finish is None]
+    loss mask and turn records, as one Rollout. `rejoin`: where the engine's generate takes `on_turn_end`, an
+    episode's next turn rejoins the running decode batch as soon as its tools answer (False: rounds)."""
+    if rejoin and "on_turn_end" in inspect.signature(engine.generate).parameters:
+        _rejoining(engine, chat, episodes, group_size, params, generator, max_rounds, context)
+    else:
+        _rounds(engine, chat, episodes, group_size, params, generator, max_rounds, context)
     return Rollout(completion_ids=[e.ids for e in episodes], truncated=[e.finish != "stop" for e in episodes],
                    version=engine.version, logprobs=[e.logprobs for e in episodes] if params.logprobs else None,
                    loss_mask=[e.mask for e in episodes], prompt_ids=[e.prompt_ids for e in episodes],
                    episodes=[e.record() for e in episodes])
 
 
-def _generate(engine: Engine, running: list[Episode], n: int, params: SamplingParams, budget: int,
+def _rounds(engine: Engine, chat: ToolChat, episodes: list[Episode], group_size: int, params: SamplingParams,
+            generator: torch.Generator | None, max_rounds: int | None, context: int | None) -> None:
+    """One engine call a round for every episode still running, each round's tools after it."""
+    live, first = list(range(len(episodes))), True
+    with keeping_caches(engine):  # each round's call has every running episode: a cache not read is freed
+        while live:
+            running = [episodes[i] for i in live]
+            out = _generate(engine, running, group_size if first else 1, params, generator, context)
+            first = False
+            _end_turns(chat, running, out, params.max_new_tokens, max_rounds)
+            live = [i for i in live if episodes[i].finish is None]
+
+
+def _rejoining(engine: Engine, chat: ToolChat, episodes: list[Episode], group_size: int, params: SamplingParams,
+               generator: torch.Generator | None, max_rounds: int | None, context: int | None) -> None:
+    """Every turn of every episode in one engine call (see the module doc), each at most the budget it has left."""
+    budget, n = params.max_new_tokens, _shared(episodes, group_size)
+
+    def room(e: Episode) -> int:  # the budget left, and what the model's context leaves
+        left = budget - len(e.ids)
+        return max(min(left, context - len(e.prompt_ids) - len(e.ids)) if context else left, 1)
+
+    def turn_end(rows: list[int], turns: Rollout) -> list:
+        ended = [episodes[r] for r in rows]
+        _end_turns(chat, ended, turns, budget, max_rounds)
+        return [None if e.finish is not None else (e.prompt_ids + e.ids, room(e)) for e in ended]
+    firsts = [room(e) for e in episodes]
+    T = max(firsts)
+    with keeping_caches(engine):  # a next turn prefills only what its episode's own cache lacks
+        engine.generate([e.prompt_ids for e in episodes[::n]], n, replace(params, max_new_tokens=T), generator,
+                        on_turn_end=turn_end, limits=firsts)
+
+
+def _shared(episodes: list[Episode], group_size: int) -> int:
+    """group_size where each group's episodes have the same prompt (sampled together, prefilled once), else 1."""
+    n = group_size
+    if n > 1 and all(episodes[g].prompt_ids == episodes[g - g % n].prompt_ids for g in range(len(episodes))):
+        return n
+    return 1
+
+
+def _end_turns(chat: ToolChat, running: list[Episode], out: Rollout, budget: int, max_rounds: int | None) -> None:
+    """Append a model turn to each of `running` (out's rows, in order), run their tool calls side by side and
+    append the results."""
+    calls = []
+    for k, e in enumerate(running):
+        lp = out.logprobs[k] if out.logprobs is not None else [0.0] * len(out.completion_ids[k])
+        calls.append(_take_turn(e, chat, out.completion_ids[k], out.truncated[k], lp, budget, max_rounds))
+    calling = [(e, c) for e, c in zip(running, calls) if c]  # each episode's calls in order, side by side
+    for (e, _), results in zip(calling, call_all([(e.toolbox, c) for e, c in calling])):
+        _take_results(e, chat, results, budget)
+
+
+def _generate(engine: Engine, running: list[Episode], n: int, params: SamplingParams,
               generator: torch.Generator | None, context: int | None) -> Rollout:
     """One model turn for each running episode: the first for G episodes of a prompt at once (n=G) when their
     prompts agree, later ones each on its whole conversation, at most the largest budget left (and what the
     model's context leaves)."""
     contexts = [e.prompt_ids + e.ids for e in running]
-    if n > 1 and all(contexts[g] == contexts[g - g % n] for g in range(len(contexts))):
+    if n > 1 and _shared(running, n) == n:
         return engine.generate(contexts[::n], n, params, generator)
-    room = max(budget - len(e.ids) for e in running)
+    room = max(params.max_new_tokens - len(e.ids) for e in running)
     if context:
         room = min(room, context - max(map(len, contexts)))
     return engine.generate(contexts, 1, replace(params, max_new_tokens=max(room, 1)), generator)

@@ -18,7 +18,8 @@ from aha.rollout.turns import Episode, run_turns
 LOGPROB_TOL = 1e-4
 """A rejoining turn is prefilled as its own cohort on top of its kept cache, a round's in one batch with the others:
 the products run over other rows and paddings, and round differently. Measured on these tiny float32 models: at most
-7.2e-6 apart (tests/test_kv_turns.py states the same bound between a kept cache and a re-prefill)."""
+9.8e-6 apart (llama and qwen2, the two settings of the first test; tests/test_kv_turns.py holds a kept cache against
+a re-prefill to the same bound)."""
 
 
 @pytest.fixture(scope="module")
@@ -26,10 +27,14 @@ def tok():
     return train_tokenizer(["the quick brown fox jumps over the lazy dog 0123456789 <tool_call> add"] * 20)
 
 
+def model_of(tok, arch="llama"):
+    # a wide init makes logits peaky, so float rounding between the two paths cannot flip an argmax
+    return build_model(tok, "tiny", arch, seed=3, overrides={"initializer_range": 0.3}).eval()
+
+
 @pytest.fixture(scope="module")
 def model(tok):
-    # a wide init makes logits peaky, so float rounding between the two paths cannot flip an argmax
-    return build_model(tok, "tiny", "llama", seed=3, overrides={"initializer_range": 0.3}).eval()
+    return model_of(tok)
 
 
 def add(a: int, b: int) -> str:
@@ -102,20 +107,23 @@ def static_shapes(monkeypatch):
         self.model, mask, T, capture=False, packed=packed))
 
 
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
 @pytest.mark.parametrize("count, group, budget, max_rounds, finishes", [
     (12, 1, 400, None, {"stop", "length"}),    # 1 to 3 model turns of unequal lengths; budgets run out: tool
                                                # results cut to the budget, or dropped where they leave no room
     (8, 2, 180, 1, {"stop", "tool_limit"}),    # two samples a prompt decoded from one prefill; a turn limit
 ])
-def test_rejoining_gives_the_rounds_tokens_masks_and_records(tok, model, count, group, budget, max_rounds, finishes,
+def test_rejoining_gives_the_rounds_tokens_masks_and_records(tok, arch, count, group, budget, max_rounds, finishes,
                                                              monkeypatch):
-    engine = HFEngine(model, every_fifteenth(tok), tok.pad_token_id)
+    engine = HFEngine(model_of(tok, arch), every_fifteenth(tok), tok.pad_token_id)
     params = SamplingParams(0.0, max_new_tokens=budget, logprobs=True)
     (rounds, round_steps), (rejoined, rejoin_steps) = both(engine, tok, count, group, params, max_rounds,
                                                            monkeypatch)
     assert_same(rejoined, rounds)
+    assert all(len(ids) <= budget for ids in rejoined.completion_ids) and rejoin_steps <= round_steps
+    if arch == "qwen2":  # the settings were chosen for the llama model's episodes; qwen2's need only agree
+        return
     assert {e["finish"] for e in rounds.episodes} == finishes
-    assert all(len(ids) <= budget for ids in rejoined.completion_ids)
     assert rejoin_steps < round_steps  # no episode waits for the longest turn of a round
     if max_rounds is None:
         turn_lengths = {t["end"] - t["start"] for e in rounds.episodes for t in e["turns"] if t["role"] == "assistant"}

@@ -687,26 +687,17 @@ class HFEngine:
             self.model.train(was_training)
 
     def _decode(self, prompts: list[list[int]], n: int, params: SamplingParams, generator: torch.Generator | None,
-                on_group: GroupCallback | None, on_turn_end: TurnCallback | None = None,
-                limits: list[int] | None = None) -> Rollout:
+                on_group: GroupCallback | None, on_turn_end: TurnCallback | None, limits: list[int] | None) -> Rollout:
         """The decode loop of one generate call. Buffers are indexed by output row (prompt i's samples are rows
-        i*n..i*n+n-1), and one more, the spent row M, which a batch row points at once its output row has gone on
-        to a next turn (`_go_on`: within keep_caches, `own`, it prefills only what its own cache lacks); `rows` lists
-        the rows in the batch, in the cache's order."""
+        i*n..i*n+n-1, then the spent row: `_buffers`); `rows` lists the batch's rows in the cache's order."""
         device, own, kept = next(self.model.parameters()).device, self.kept is not None, self._turn_over()
         P, T, M = len(prompts), params.max_new_tokens, len(prompts) * n
         total = max(map(len, prompts)) + T                                      # the longest row a cache holds
         generator, eos = on_device(generator, device), self.eos.to(device)
-        out = torch.full((M + 1, T), self.pad, dtype=torch.long, device=device)     # [M+1,T]
-        length = torch.zeros(M + 1, dtype=torch.long, device=device)                # [M+1] tokens so far
-        done = torch.zeros(M + 1, dtype=torch.bool, device=device)                  # [M+1] ended with EOS
-        done[M] = True                                                              # the spent row never decodes
-        limit = torch.tensor((limits or [T] * M) + [T], dtype=torch.long, device=device)  # [M+1] most tokens
-        logp = torch.zeros((M + 1, T), device=device) if params.logprobs else None  # [M+1,T]
+        out, length, done, limit, logp = self._buffers(M, T, limits, params.logprobs, device)
         reported = torch.zeros(P, dtype=torch.bool, device=device)              # [P] groups given to on_group
         rows = torch.zeros(0, dtype=torch.long, device=device)                  # [m] output row of each batch row
-        contexts = [prompts[r // n] for r in range(M)]                          # each row's context
-        going_on: list[tuple] = []                                               # (row, Kept | None): next turns
+        contexts, going_on = [prompts[r // n] for r in range(M)], []  # each row's context; next turns (`_go_on`)
         cache, packed, started = None, None, 0                                   # rows started: 0..started-1
         while True:
             admits = cache is None or cache.admits_rows
@@ -715,19 +706,12 @@ class HFEngine:
             least = max(1, int(ADMIT_FRACTION * self.max_batch)) if len(rows) else 1
             fresh = started < M and room >= least and admits and not joining
             if joining or fresh:  # start rows (a new batch if none): the next turns that wait, or the next prompts
-                if joining:
-                    new_rows = torch.tensor([r for r, _ in joining], dtype=torch.long, device=device)
-                    starts = [(contexts[r], 1, hit) for r, hit in joining]
-                else:
-                    new_rows = torch.arange(started, min(M, started + room), device=device)
-                    index, counts = torch.unique_consecutive(new_rows // n, return_counts=True)
-                    starts = [(prompts[i], c, kept.find(prompts[i]) if kept is not None else None)
-                              for i, c in zip(index.tolist(), counts.tolist())]
-                    started += len(new_rows)
-                    kept = kept if started < M else None  # every row started: the last call's caches are free to go
-                cache, new_logits, new_pos = self._admit(cache, starts, T, total, packed)
-                del starts, joining  # the kept caches they name are copied in: free to go
-                packed = getattr(cache, "packed", None)
+                new_rows = (torch.tensor([r for r, _ in joining], dtype=torch.long, device=device) if joining else
+                            torch.arange(started, min(M, started + room), device=device))
+                cache, new_logits, new_pos = self._admit(cache, self._starts(joining, new_rows, prompts, n, contexts,
+                                                                             kept), T, total, packed)
+                packed, started = getattr(cache, "packed", None), started + (0 if joining else len(new_rows))
+                kept = kept if started < M else None  # every row started: the last call's caches are free to go
                 logits, next_pos = ((new_logits, new_pos) if not len(rows) else
                                     (torch.cat([logits, new_logits]), torch.cat([next_pos, new_pos])))
                 rows = torch.cat([rows, new_rows])
@@ -743,11 +727,9 @@ class HFEngine:
             done[at[torch.isin(new_tok, eos)]] = True
             if on_group is not None:
                 self._report(on_group, reported, out[:M], length[:M], done[:M], limit[:M], logp, n)
-            if on_turn_end is not None:
-                ended = at[done[at] | (length[at] == limit[at])]                 # [e] turns that ended now
-                if len(ended):
-                    going_on += self._go_on(on_turn_end, ended, cache if own else None, rows, contexts, out, length,
-                                            done, limit, logp, total)
+            if on_turn_end is not None:  # within keep_caches (`own`) a next turn prefills past the row's own cache
+                going_on += self._go_on(on_turn_end, at, cache if own else None, rows, contexts, out, length, done,
+                                        limit, logp, total)
             finished = done[rows] | (length[rows] == limit[rows])                # [m]
             if bool(finished.all()):
                 self._keep(cache, torch.arange(len(rows)), rows, contexts, out, length)
@@ -765,12 +747,37 @@ class HFEngine:
             next_pos = next_pos + 1
         return self._rows(out, length, done, logp, slice(0, M))
 
-    def _go_on(self, on_turn_end: TurnCallback, ended: Tensor, cache, rows: Tensor, contexts: list[list[int]],
+    def _buffers(self, M: int, T: int, limits: list[int] | None, logprobs: bool, device) -> tuple:
+        """The decode loop's buffers for M output rows and one more, the spent row, which a batch row points at once
+        its output row has gone on to a next turn (`_go_on`) and which never decodes: tokens [M+1,T], their count
+        [M+1], ended with EOS [M+1], most tokens [M+1] (`limits`, else T) and log-probs [M+1,T] (or None)."""
+        out = torch.full((M + 1, T), self.pad, dtype=torch.long, device=device)
+        length = torch.zeros(M + 1, dtype=torch.long, device=device)
+        done = torch.zeros(M + 1, dtype=torch.bool, device=device)
+        done[M] = True
+        limit = torch.tensor((limits or [T] * M) + [T], dtype=torch.long, device=device)
+        return out, length, done, limit, torch.zeros((M + 1, T), device=device) if logprobs else None
+
+    @staticmethod
+    def _starts(joining: list, rows: Tensor, prompts: list[list[int]], n: int, contexts: list[list[int]],
+                kept: KeptCaches | None) -> list[tuple]:
+        """What `_admit` starts for output rows `rows`: the next turns that wait (`joining`: (row, its own Kept or
+        None)), one row each, or else prompts' rows, each prompt once with its rows and its longest kept cache."""
+        if joining:
+            return [(contexts[r], 1, hit) for r, hit in joining]
+        index, counts = torch.unique_consecutive(rows // n, return_counts=True)
+        return [(prompts[i], c, kept.find(prompts[i]) if kept is not None else None)
+                for i, c in zip(index.tolist(), counts.tolist())]
+
+    def _go_on(self, on_turn_end: TurnCallback, at: Tensor, cache, rows: Tensor, contexts: list[list[int]],
                out: Tensor, length: Tensor, done: Tensor, limit: Tensor, logp: Tensor | None, total: int) -> list:
-        """Hand the turns of output rows `ended` to on_turn_end; each row that goes on is reset for its next turn
-        (its context and limit set, its batch row pointed at the spent row, so it decodes no more there) and
-        returned with its own cache (a `Kept`) where its next context extends the tokens that `cache` holds for it
-        (None: nothing is read from it)."""
+        """Hand the turns of output rows `at` that ended at this step to on_turn_end; each row that goes on is reset
+        for its next turn (its context and limit set, its batch row pointed at the spent row, so it decodes no more
+        there) and returned with its own cache (a `Kept`) where its next context extends the tokens that `cache`
+        holds for it (None: nothing is read from it)."""
+        ended = at[done[at] | (length[at] == limit[at])]                         # [e]
+        if not len(ended):
+            return []
         nexts = on_turn_end(ended.tolist(), self._rows(out, length, done, logp, ended))
         spent, T, going = len(out) - 1, out.shape[1], []
         for r, follow in zip(ended.tolist(), nexts):

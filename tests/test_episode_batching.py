@@ -219,3 +219,21 @@ def test_bad_turn_arguments_are_errors_that_name_them(tok, model):
         engine.generate([[5, 9]], 1, params, on_group=lambda i, r: None, on_turn_end=lambda rows, turns: [None])
     with pytest.raises(ValueError, match="next turn"):
         engine.generate([[5, 9]], 1, params, on_turn_end=lambda rows, turns: [([5, 9] + [3] * 10, 4)])
+
+
+
+@pytest.mark.parametrize("rejoin", [True, False])
+def test_training_takes_the_path_rejoin_episodes_names(tiny_dir, tmp_path, monkeypatch, rejoin):
+    """GRPOConfig.rejoin_episodes reaches the turn loop: rejoining by default, rounds when false (slow tools)."""
+    from aha import GRPOConfig, GRPOTrainer
+    from aha.rollout import turns
+    from scripted import CounterEnv
+    taken = []
+    for path, name in ((turns._rejoining, "rejoin"), (turns._rounds, "rounds")):
+        monkeypatch.setattr(turns, path.__name__, lambda *a, _run=path, _name=name: (taken.append(_name), _run(*a))[1])
+    args = GRPOConfig(output_dir=str(tmp_path), max_steps=1, num_generations=2, per_device_train_batch_size=4,
+                      max_completion_length=16, progress_bar=False, report_to=[], rejoin_episodes=rejoin)
+    rows = [{"prompt": [{"role": "user", "content": f"Count to {t}."}]} for t in range(2, 6)]
+    GRPOTrainer(model=tiny_dir, reward_funcs=[lambda completions, **k: [0.0] * len(completions)], args=args,
+                train_dataset=rows, environment_factory=CounterEnv).train()
+    assert taken and set(taken) == {"rejoin" if rejoin else "rounds"}

@@ -392,6 +392,11 @@ class GRPOConfig(TrainConfig):
     """Wall-clock seconds one tool call, or an environment's reset, may take; past it the model gets an error message
     instead (counted in tools/timeouts), the call is abandoned and its environment retired (a reset past it is an
     error)."""
+    rejoin_episodes: bool = True
+    """An episode's next turn rejoins the running decode batch at the step its turn ended, its tools run then (the
+    hf engine; aha.rollout.turns). The batch waits while a step's tools run, and turns end at many steps, so tools
+    slower than about 0.1 s a call are faster in rounds (false: one engine call a round for every episode, the
+    round's tools run once); BENCHMARKS.md "Agent episodes": 1.82x a step with an instant tool, 0.81x at 0.2 s."""
     chat_template_kwargs: Optional[dict[str, Any]] = None
     """Extra arguments to the chat template for every chat prompt (TRL's name), e.g. {enable_thinking: false}."""
     # The system at scale (aha.dist, on Ray). At these defaults everything runs in this one process, without Ray.

@@ -82,7 +82,7 @@ class Generation:
                                  f"{a.max_completion_length} it exceeds the model's context of {ctx}")
             episodes.append(Episode(prompt, ids, agent.toolbox(env, name), state_key=getattr(env, "state_key", None)))
         out = run_turns(self.engine, self.chat, episodes, G, self.sampling, generator,
-                        a.max_tool_calling_iterations, ctx)
+                        a.max_tool_calling_iterations, ctx, rejoin=a.rejoin_episodes)
         out.environments = envs if agent.has_environments else None
         return out, self.decode(out)
 

@@ -1,0 +1,88 @@
+"""The agent demo's GRPO options, arm by arm, each GRPO run from the same seed's cold start.
+
+    .venv/bin/python benchmarks/agent_ablation.py --seeds 1 2 --arms balanced episode_rewards gigpo --out runs/abl
+    .venv/bin/python benchmarks/agent_ablation.py --seeds 1 2 --out runs/abl --collect     # the table only
+
+For each seed the first arm's run builds the cold start (`aha demo agent seed=S`); every later arm starts GRPO
+from it (`sft_model=OUT/sS_FIRST/sft/model`), so arms differ only in GRPO's settings (`grpo_config`, ARMS). Runs
+that wrote their summary.json are not run again. Arms run one after another (`--parallel 2` runs two at once, each
+on --threads torch threads). The table: per arm and seed, the cold start's and GRPO's greedy held-out success, the
+paired gain with its bootstrap 95% interval, the sampled gain, greedy success by family, and the run's minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ARMS = {
+    "balanced": {},
+    "episode_rewards": {"reward_funcs": ["cut_as_failure", "tool_errors"], "reward_weights": [1.0, 0.2]},
+    "cut_t07": {"reward_funcs": ["cut_as_failure"], "temperature": 0.7},
+    "gigpo": {"advantage_estimator": "gigpo"},
+    "variance_filter": {"keep_groups_by_std": 0.5},
+}
+"""Arm name -> the GRPOConfig settings laid over the demo's own (balanced: the demo as it ships)."""
+
+
+def command(seed: int, arm: str, out: Path, first: str, threads: int) -> list[str]:
+    """The `aha demo agent` command line of one (seed, arm) run."""
+    argv = [sys.executable, "-m", "aha.cli", "demo", "agent", f"seed={seed}", f"threads={threads}",
+            f"output_dir={out / f's{seed}_{arm}'}", "progress_bar=false", f"grpo_config={json.dumps(ARMS[arm])}"]
+    if arm != first:
+        argv.append(f"sft_model={out / f's{seed}_{first}' / 'sft' / 'model'}")
+    return argv
+
+
+def run_seed(seed: int, arms: list[str], out: Path, threads: int) -> None:
+    """Each arm of one seed in order (the first builds the cold start), skipping runs already summarised."""
+    for arm in arms:
+        run = out / f"s{seed}_{arm}"
+        if (run / "summary.json").exists():
+            continue
+        run.mkdir(parents=True, exist_ok=True)
+        with open(run.with_suffix(".log"), "w") as log:
+            subprocess.run(command(seed, arm, out, arms[0], threads), stdout=log, stderr=subprocess.STDOUT,
+                           check=True)
+
+
+def table(out: Path, seeds: list[int], arms: list[str]) -> str:
+    """The markdown table of every finished run under `out`."""
+    lines = ["| arm | seed | cold start | after GRPO | greedy gain [95% CI] | sampled gain [95% CI] | by family "
+             "(cold start -> GRPO) | minutes |", "|---|---|---|---|---|---|---|---|"]
+    for arm in arms:
+        for seed in seeds:
+            path = out / f"s{seed}_{arm}" / "summary.json"
+            if not path.exists():
+                continue
+            s = json.loads(path.read_text())
+            lo, hi = s["gain_points_ci95"]
+            slo, shi = s["sampled_gain_points_ci95"]
+            fam = ", ".join(f"{f} {a:.0%}->{b:.0%}" for f, (a, b) in s["greedy_success_by_family"].items())
+            lines.append(f"| {arm} | {seed} | {s['sft_success']:.1%} | {s['grpo_success']:.1%} | "
+                         f"{s['gain_points']:+.1f} [{lo:+.1f}, {hi:+.1f}] | {s['sampled_gain_points']:+.1f} "
+                         f"[{slo:+.1f}, {shi:+.1f}] | {fam} | {s['seconds'] / 60:.1f} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+    p.add_argument("--out", type=Path, default=Path("runs/agent_ablation"))
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--parallel", type=int, default=1, help="seeds run at once")
+    p.add_argument("--collect", action="store_true", help="print the table of the runs found; run nothing")
+    a = p.parse_args()
+    if not a.collect:
+        with ThreadPoolExecutor(a.parallel) as pool:
+            list(pool.map(lambda seed: run_seed(seed, a.arms, a.out, a.threads), a.seeds))
+    print(table(a.out, a.seeds, a.arms))
+
+
+if __name__ == "__main__":
+    main()

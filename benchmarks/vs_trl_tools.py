@@ -14,7 +14,7 @@ settings (aha_config, trl_config: TRL's defaults that would make it slower on a 
 checkpointing among them, are set to aha's; both sample at temperature 1 with their own generation code).
 
 The scripted policy, one rule on both sides, so both run the same turns: every model turn is decoded by the model
-for at most --turn-tokens tokens, its last token then replaced by the end-of-turn token (aha: agent_speed.FixedTurns;
+for at most --turn-tokens tokens, its last token then replaced by the end-of-turn token (aha: FixedTurns below;
 TRL: generation_config.max_new_tokens and the same replacement after `_generate_single_turn`); a model turn asks for
 one echo call until its episode has had the k turns its prompt names (agent_speed.ScriptedTurns's rule: aha's
 ToolChat.parse, and TRL's `parse_response` replaced by it), the turn's text kept as its content (the reward, the
@@ -41,8 +41,18 @@ import time
 from pathlib import Path
 
 import vs_trl  # first: it puts the repository root on sys.path
-from agent_speed import FixedTurns, ScriptedTurns, echo
+from agent_speed import DrawnTurns, ScriptedTurns, echo
 from aha.data.toolcalls import TOOL_TEMPLATE
+
+
+class FixedTurns(DrawnTurns):
+    """agent_speed.DrawnTurns with every turn's length --turn-tokens: the engine the trainer gets, so aha runs its
+    default turn loop (an episode's next turn rejoins the running batch; agent_speed.FixedTurns runs rounds)."""
+
+    turn_tokens = 32
+
+    def drawn(self, context: list[int]) -> int:
+        return self.turn_tokens
 
 
 class Scripted(ScriptedTurns):

@@ -8,7 +8,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
 import vs_trl_tools  # noqa: E402
-from agent_speed import FixedTurns, build, echo  # noqa: E402
+from agent_speed import build, echo  # noqa: E402
 
 from aha.envs import Toolbox  # noqa: E402
 from aha.rollout import SamplingParams  # noqa: E402
@@ -18,12 +18,12 @@ from aha.rollout.turns import Episode, run_turns  # noqa: E402
 @pytest.mark.parametrize("turns", [1, 3])
 def test_every_episode_runs_the_turns_its_prompt_names(turns):
     tok, model = build("tiny")
-    FixedTurns.turn_tokens = 4
+    vs_trl_tools.FixedTurns.turn_tokens = 4
     eot = tok.convert_tokens_to_ids("<|im_end|>")
     rule, box = vs_trl_tools.Scripted(tok), Toolbox([echo], 5.0)
     episodes = [Episode(row["prompt"], rule.prompt_ids(row["prompt"], box.schemas), box)
                 for row in vs_trl_tools.dataset(turns, 2) for _ in range(2)]  # 2 prompts x G 2
-    engine = FixedTurns(model, [eot], tok.pad_token_id)
+    engine = vs_trl_tools.FixedTurns(model, [eot], tok.pad_token_id)
     out = run_turns(engine, rule, episodes, 2, SamplingParams(0.0, max_new_tokens=200), None, None)
     roles = [[t["role"] for t in e["turns"]] for e in out.episodes]
     # k model turns with a tool turn between each two: assistant, tool, assistant, ... assistant

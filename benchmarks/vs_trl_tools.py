@@ -11,7 +11,10 @@ TOOL_TEMPLATE as its chat template (TRL requires a template that renders tools, 
 the tokenizer's own), chat prompts "episode i turns: k go", one instant tool (agent_speed.echo), 2 prompts x 8
 episodes a step, max_completion_length --budget for every token after the prompt, and vs_trl.py's training
 settings (aha_config, trl_config: TRL's defaults that would make it slower on a CPU, bf16 autocast and gradient
-checkpointing among them, are set to aha's; both sample at temperature 1 with their own generation code).
+checkpointing among them, are set to aha's; both sample at temperature 1 with their own generation code). With
+--defaults each framework keeps its own defaults for everything but the workload (SHARED: batch, G, learning rate,
+seed; TRL then trains under bf16 autocast with gradient checkpointing and without a KL term, aha in float32 without
+one).
 
 The scripted policy, one rule on both sides, so both run the same turns: every model turn is decoded by the model
 for at most --turn-tokens tokens, its last token then replaced by the end-of-turn token (aha: FixedTurns below;
@@ -105,13 +108,36 @@ def check_turns(counts: list[dict], turns: int, episodes: int = vs_trl.COMPLETIO
 
 
 # ------------------------------------------------------------------ workers (one framework per process)
-def run_aha(model_dir: str, steps: int, turns: int, turn_tokens: int, threads: int, out_dir: str) -> dict:
+SHARED = dict(per_device_train_batch_size=vs_trl.COMPLETIONS_PER_STEP, num_generations=vs_trl.NUM_GENERATIONS,
+              learning_rate=1e-5, seed=vs_trl.SEED)
+"""--defaults: the workload both sides get; every other setting is each framework's own default."""
+
+
+def aha_args(out_dir: str, steps: int, threads: int, defaults: bool):
+    from aha.config import GRPOConfig
+    if not defaults:
+        return vs_trl.aha_config(out_dir, steps, 1e-5, vs_trl.SEED, threads)
+    return GRPOConfig(output_dir=out_dir, max_completion_length=vs_trl.MAX_COMPLETION_LENGTH, max_steps=steps,
+                      threads=threads, report_to=[], progress_bar=False, log_completions_steps=0, **SHARED)
+
+
+def trl_args(out_dir: str, steps: int, defaults: bool):
+    from trl import GRPOConfig
+    if not defaults:
+        return vs_trl.trl_config(out_dir, steps, 1e-5, vs_trl.SEED)
+    return GRPOConfig(output_dir=out_dir, max_completion_length=vs_trl.MAX_COMPLETION_LENGTH, max_steps=steps,
+                      use_cpu=True, logging_steps=1, report_to="none", save_strategy="no", disable_tqdm=True,
+                      log_completions=False, **SHARED)
+
+
+def run_aha(model_dir: str, steps: int, turns: int, turn_tokens: int, threads: int, out_dir: str,
+            defaults: bool = False) -> dict:
     import torch
     from aha.train.grpo import GRPOTrainer
     torch.set_num_threads(threads)
     FixedTurns.turn_tokens = turn_tokens
     trainer = GRPOTrainer(model=model_dir, reward_funcs=[vs_trl.vowel_frac], tools=[echo],
-                          args=vs_trl.aha_config(out_dir, steps, 1e-5, vs_trl.SEED, threads),
+                          args=aha_args(out_dir, steps, threads, defaults),
                           train_dataset=dataset(turns), engine_factory=FixedTurns.for_model)
     generation = trainer.experience.generation
     generation.chat = rule = Scripted(trainer.tokenizer, trainer.args.chat_template_kwargs)
@@ -132,7 +158,8 @@ def run_aha(model_dir: str, steps: int, turns: int, turn_tokens: int, threads: i
     return {"records": records, "prompt0_ids": prompt, "torch_threads": torch.get_num_threads(), "turn_loop": loop}
 
 
-def run_trl(model_dir: str, steps: int, turns: int, turn_tokens: int, threads: int, out_dir: str) -> dict:
+def run_trl(model_dir: str, steps: int, turns: int, turn_tokens: int, threads: int, out_dir: str,
+            defaults: bool = False) -> dict:
     import torch
     import trl.trainer.grpo_trainer as grpo
     from datasets import Dataset
@@ -156,7 +183,7 @@ def run_trl(model_dir: str, steps: int, turns: int, turn_tokens: int, threads: i
             records.append({"step_s": time.perf_counter() - current.pop("t0"), **current, **rule.count})
 
     trainer = grpo.GRPOTrainer(model=model_dir, reward_funcs=[vs_trl.vowel_frac], tools=[echo],
-                               args=vs_trl.trl_config(out_dir, steps, 1e-5, vs_trl.SEED),
+                               args=trl_args(out_dir, steps, defaults),
                                train_dataset=Dataset.from_list(dataset(turns)), processing_class=tokenizer,
                                callbacks=[StepTimer()])
     trainer.remove_callback(PrinterCallback)
@@ -189,7 +216,7 @@ def run_trl(model_dir: str, steps: int, turns: int, turn_tokens: int, threads: i
 def worker(a) -> None:
     run = run_aha if a.worker == "aha" else run_trl
     with tempfile.TemporaryDirectory(prefix=f"vs_trl_tools_{a.worker}_") as out_dir:
-        result = run(a.model_dir, a.steps, a.turns[0], a.turn_tokens, a.threads, out_dir)
+        result = run(a.model_dir, a.steps, a.turns[0], a.turn_tokens, a.threads, out_dir, a.defaults)
     result["peak_rss_mb"] = vs_trl.peak_rss_mb()
     Path(a.result).write_text(json.dumps(result))
 
@@ -201,7 +228,8 @@ def spawn(framework: str, model_dir: str, turns: int, a, tmp: Path, tag: str) ->
                TOKENIZERS_PARALLELISM="false", TRANSFORMERS_VERBOSITY="error", TRL_EXPERIMENTAL_SILENCE="1")
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", framework, "--model-dir", model_dir,
            "--steps", str(a.steps), "--turns", str(turns), "--turn-tokens", str(a.turn_tokens),
-           "--budget", str(a.budget), "--threads", str(a.threads), "--result", str(result)]
+           "--budget", str(a.budget), "--threads", str(a.threads), "--result", str(result)] + (
+               ["--defaults"] if a.defaults else [])
     proc = subprocess.run(cmd, env=env, cwd=vs_trl.ROOT, capture_output=True, text=True, timeout=a.worker_timeout)
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-8000:])
@@ -232,6 +260,9 @@ def main(argv=None) -> None:
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads in each worker")
     p.add_argument("--worker-timeout", type=float, default=3600.0)
     p.add_argument("--out", default="benchmarks/results/vs_trl_tools.json")
+    p.add_argument("--defaults", action="store_true",
+                   help="each framework at its own defaults but the workload (SHARED), not vs_trl.py's matched "
+                        "training settings (TRL's defaults: bf16 autocast, gradient checkpointing, beta 0)")
     p.add_argument("--worker", choices=("aha", "trl"), help=argparse.SUPPRESS)
     p.add_argument("--model-dir", help=argparse.SUPPRESS)
     p.add_argument("--result", help=argparse.SUPPRESS)
@@ -247,7 +278,8 @@ def main(argv=None) -> None:
               "settings": {"model": "4m", "episodes_per_step": vs_trl.COMPLETIONS_PER_STEP,
                            "num_generations": vs_trl.NUM_GENERATIONS, "max_completion_length": a.budget,
                            "turn_tokens": a.turn_tokens, "threads": a.threads, "steps": a.steps,
-                           "warmup_steps_discarded": 1, "tool": "echo (instant)"},
+                           "warmup_steps_discarded": 1, "tool": "echo (instant)",
+                           "training_settings": "each framework's defaults" if a.defaults else "vs_trl.py's matched"},
               "turns": {}}
     out = Path(a.out) if Path(a.out).is_absolute() else vs_trl.ROOT / a.out
     out.parent.mkdir(parents=True, exist_ok=True)

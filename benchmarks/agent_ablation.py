@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/agent_ablation.py --seeds 1 2 --out runs/abl --collect     # the table only
 
 For each seed the first arm's run builds the cold start (`aha demo agent seed=S`); every later arm starts GRPO
-from it (`sft_model=OUT/sS_FIRST/sft/model`), so arms differ only in GRPO's settings (`grpo_config`, ARMS). Runs
+from it (`sft_model=OUT/sS_FIRST/sft/model`), so arms differ only in GRPO's settings (ARMS). Runs
 that wrote their summary.json are not run again. Arms run one after another (`--parallel 2` runs two at once, each
 on --threads torch threads). The table: per arm and seed, the cold start's and GRPO's greedy held-out success, the
 paired gain with its bootstrap 95% interval, the sampled gain, greedy success by family, and the run's minutes.
@@ -20,19 +20,21 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ARMS = {
-    "balanced": {},
-    "episode_rewards": {"reward_funcs": ["cut_as_failure", "tool_errors"], "reward_weights": [1.0, 0.2]},
-    "cut_t07": {"reward_funcs": ["cut_as_failure"], "temperature": 0.7},
-    "gigpo": {"advantage_estimator": "gigpo"},
-    "variance_filter": {"keep_groups_by_std": 0.5},
+    "balanced": [],
+    "episode_rewards": ['grpo_config={"reward_funcs": ["cut_as_failure", "tool_errors"], "reward_weights": [1.0, 0.2]}'],
+    "cut_t07": ['grpo_config={"reward_funcs": ["cut_as_failure"], "temperature": 0.7}'],
+    "gigpo": ['grpo_config={"advantage_estimator": "gigpo"}'],
+    "variance_filter": ['grpo_config={"keep_groups_by_std": 0.5}'],
+    "steps120": ["grpo_steps=120"],
 }
-"""Arm name -> the GRPOConfig settings laid over the demo's own (balanced: the demo as it ships)."""
+"""Arm name -> its `aha demo agent` settings beyond the demo's own (balanced: the demo as it ships; grpo_config lays
+GRPOConfig settings over the demo's)."""
 
 
 def command(seed: int, arm: str, out: Path, first: str, threads: int) -> list[str]:
     """The `aha demo agent` command line of one (seed, arm) run."""
     argv = [sys.executable, "-m", "aha.cli", "demo", "agent", f"seed={seed}", f"threads={threads}",
-            f"output_dir={out / f's{seed}_{arm}'}", "progress_bar=false", f"grpo_config={json.dumps(ARMS[arm])}"]
+            f"output_dir={out / f's{seed}_{arm}'}", "progress_bar=false", *ARMS[arm]]
     if arm != first:
         argv.append(f"sft_model={out / f's{seed}_{first}' / 'sft' / 'model'}")
     return argv

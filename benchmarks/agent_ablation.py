@@ -40,7 +40,7 @@ def command(seed: int, arm: str, out: Path, first: str, threads: int) -> list[st
     return argv
 
 
-def run_seed(seed: int, arms: list[str], out: Path, threads: int) -> None:
+def run_seed(seed: int, arms: list[str], out: Path, threads: int, timeout_s: float) -> None:
     """Each arm of one seed in order (the first builds the cold start), skipping runs already summarised."""
     for arm in arms:
         run = out / f"s{seed}_{arm}"
@@ -49,7 +49,7 @@ def run_seed(seed: int, arms: list[str], out: Path, threads: int) -> None:
         run.mkdir(parents=True, exist_ok=True)
         with open(run.with_suffix(".log"), "w") as log:
             subprocess.run(command(seed, arm, out, arms[0], threads), stdout=log, stderr=subprocess.STDOUT,
-                           check=True)
+                           check=True, timeout=timeout_s)
 
 
 def table(out: Path, seeds: list[int], arms: list[str]) -> str:
@@ -78,11 +78,12 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=Path("runs/agent_ablation"))
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--parallel", type=int, default=1, help="seeds run at once")
+    p.add_argument("--run-timeout", type=float, default=3 * 3600, help="seconds one demo run may take")
     p.add_argument("--collect", action="store_true", help="print the table of the runs found; run nothing")
     a = p.parse_args()
     if not a.collect:
         with ThreadPoolExecutor(a.parallel) as pool:
-            list(pool.map(lambda seed: run_seed(seed, a.arms, a.out, a.threads), a.seeds))
+            list(pool.map(lambda seed: run_seed(seed, a.arms, a.out, a.threads, a.run_timeout), a.seeds))
     print(table(a.out, a.seeds, a.arms))
 
 

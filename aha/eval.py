@@ -168,17 +168,19 @@ class Generated:
 
 
 def generate(model, tokenizer, task: Task, rows: list[dict], n: int, params, batch_size: int = 256, seed: int = 0,
-             desc: str = "generate", progress: bool = False, engine: str = "hf") -> Generated:
+             desc: str = "generate", progress: bool = False, engine: str = "hf", tools: bool = True) -> Generated:
     """n completions of each row from the engine named `engine` (aha.rollout.engines); for an agent task, n
-    episodes through the turn loop with the task's tools and environments."""
+    episodes through the turn loop with the task's tools and environments (`tools` false: one reply each, with no
+    tool shown and none run)."""
     from tqdm.auto import tqdm
 
     from .rollout import get_engine
     from .rollout.experience import episode_inputs
     from .rollout.turns import sample_episodes
     if task.is_agent:
-        out, _ = sample_episodes(model, tokenizer, task.agent(), rows, params.max_new_tokens,
-                                 task.max_tool_calling_iterations, None, batch_size, params.temperature, n, seed, engine,
+        agent = task.agent() if tools else task.agent().without_tools()
+        out, _ = sample_episodes(model, tokenizer, agent, rows, params.max_new_tokens,
+                                 task.max_tool_calling_iterations if tools else 0, None, batch_size, params.temperature, n, seed, engine,
                                  params.top_p)
     else:
         ids = [encode_prompt(tokenizer, r["prompt"]) for r in rows]
@@ -229,12 +231,13 @@ def _sampled_metrics(task: Task, verifier, rows: list[dict], texts: list[str], r
 def evaluate(model, tokenizer, task: Task, rows: list[dict], k: list[int] = (1,), n_samples: int = 0,
              temperature: float = 0.7, top_p: float = 1.0, max_new_tokens: int | None = None,
              batch_size: int = 256, seed: int = 0, progress: bool = False,
-             keep_samples: bool = False, engine: str = "hf") -> tuple[dict, list[dict]]:
+             keep_samples: bool = False, engine: str = "hf", tools: bool = True) -> tuple[dict, list[dict]]:
     """(summary metrics, per-problem records) for `rows` of `task`. An undecided verdict counts as not correct;
     the summary counts them (`undecided`, `samples/undecided`, `maj@k/undecided`, the verifier's `reward/*`).
     With `keep_samples` each record also holds its sampled completions (`samples`: text, len, correct). For an agent
     task each completion is an episode of the turn loop: accuracy is the task's success, `tools/*` describe the
-    greedy episodes, and each record holds its episode's `messages`."""
+    greedy episodes, and each record holds its episode's `messages`; with `tools` false its episodes see no tools
+    (`generate`)."""
     from .rollout import SamplingParams
     if n_samples and max(k) > n_samples:
         raise ValueError(f"k={max(k)} is larger than n_samples={n_samples}")
@@ -242,11 +245,11 @@ def evaluate(model, tokenizer, task: Task, rows: list[dict], k: list[int] = (1,)
     budget = max_new_tokens or task.max_completion_length
     verifier = task.correct()
     greedy = generate(model, tokenizer, task, rows, 1, SamplingParams(0.0, 1.0, 0, budget), batch_size, seed,
-                      "greedy", progress, engine)
+                      "greedy", progress, engine, tools)
     summary, records = _greedy_summary(task, verifier, tokenizer, rows, greedy)
     if n_samples:
         drawn = generate(model, tokenizer, task, rows, n_samples, SamplingParams(temperature, top_p, 0, budget),
-                         batch_size, seed, f"samples x{n_samples}", progress, engine)
+                         batch_size, seed, f"samples x{n_samples}", progress, engine, tools)
         sampled_summary, sampled = _sampled_metrics(task, verifier, rows, drawn.texts, records, k, n_samples, seed,
                                                     drawn.inputs)
         summary.update(sampled_summary)
@@ -364,12 +367,15 @@ def run_eval(cfg: EvalConfig) -> dict:
         raise ValueError(f"task '{task.name}' has no split '{cfg.split}'; valid: {list(task.splits)}")
     tokenizer = load_tokenizer(cfg.model)
     model = load_model(cfg.model, cfg.dtype)
+    if not cfg.tools and not task.is_agent:
+        raise ValueError(f"tools=false: task '{task.name}' is not an agent task, it has no tools to leave out")
     rows = task.load(cfg.split)
     rows = rows[:cfg.num_problems] if cfg.num_problems else rows
     summary, records = evaluate(model, tokenizer, task, rows, cfg.k, cfg.n_samples, cfg.temperature,
                                 cfg.top_p, cfg.max_new_tokens, cfg.batch_size, cfg.seed, cfg.progress_bar,
-                                engine=cfg.engine)
-    summary = {"model": cfg.model, "task": task.name, "split": cfg.split, **summary}
+                                engine=cfg.engine, tools=cfg.tools)
+    summary = {"model": cfg.model, "task": task.name, "split": cfg.split, **({} if cfg.tools else {"tools": False}),
+               **summary}
     if cfg.output_dir:
         out = Path(cfg.output_dir)
         out.mkdir(parents=True, exist_ok=True)

@@ -258,3 +258,31 @@ def test_eval_samples_agent_episodes_at_the_temperature_and_top_p_asked(agent_ti
     evaluate(load_model(agent_tiny), load_tokenizer(agent_tiny), get_task("filesystem"), rows, k=[2], n_samples=2,
              temperature=0.9, top_p=0.5, max_new_tokens=64, engine="recording")
     assert set(RecordingSolver.seen) == {(0.0, 1.0), (0.9, 0.5)}  # greedy episodes, then the sampled ones
+
+
+class ContextSolver(SolverEngine):
+    """The scripted solver, keeping every context it was given."""
+    contexts: list = []
+
+    def generate(self, prompt_ids, n, params, generator=None, **kw):
+        ContextSolver.contexts += [self.tok.decode(p) for p in prompt_ids]
+        return super().generate(prompt_ids, n, params, generator, **kw)
+
+
+def test_eval_without_tools_shows_no_tool_and_runs_no_call(agent_tiny, tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(ENGINES, "context", f"{__name__}:ContextSolver")
+    monkeypatch.setattr(ContextSolver, "contexts", [])
+    out = tmp_path / "eval"
+    assert main(["eval", agent_tiny, "task=filesystem", "engine=context", "num_problems=24", "tools=false",
+                 "max_new_tokens=64", f"output_dir={out}", "progress_bar=false"]) == 0
+    summary = json.loads((out / "results.json").read_text())["summary"]
+    assert summary["tools"] is False and summary["accuracy"] == 0.0  # the solver's calls are written, never run
+    assert summary["tools/calls_per_episode"] == 0.0
+    assert ContextSolver.contexts and not any('"mkdir"' in c or "<tools>" in c for c in ContextSolver.contexts)
+    assert all("<|im_start|>tool" not in c for c in ContextSolver.contexts)  # one reply: no tool turn
+    ContextSolver.contexts = []
+    assert main(["eval", agent_tiny, "task=filesystem", "engine=context", "num_problems=24",
+                 "max_new_tokens=64", f"output_dir={tmp_path / 'with'}", "progress_bar=false"]) == 0
+    assert any('"mkdir"' in c for c in ContextSolver.contexts)  # with its tools, the prompt lists them
+    assert main(["eval", agent_tiny, "task=arithmetic", "tools=false", "num_problems=2", "progress_bar=false"]) != 0
+    assert "tools=false: task 'arithmetic' is not an agent task" in capsys.readouterr().err

@@ -720,6 +720,9 @@ class EvalConfig(GenerationConfig):
     """pass@k and maj@k for each k (needs n_samples >= max k)."""
     n_samples: int = 0
     """Sampled completions per problem for pass@k/maj@k (0: greedy only)."""
+    tools: bool = True
+    """An agent task's tools. false: its episodes are one reply to a prompt that lists no tools (a call written
+    anyway is not run), scored by the task's verdict as usual: the baseline of a model without tools."""
     output_dir: Optional[str] = None
     """Write results.json, results.md and per_problem.jsonl here."""
 

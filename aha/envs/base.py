@@ -89,6 +89,12 @@ class Agent:
                 wrap = AsyncEnvironmentReward if inspect.iscoroutinefunction(get_reward) else EnvironmentReward
                 self.rewards.append(wrap(type(env)))
 
+    def without_tools(self) -> "Agent":
+        """This agent with no tool shown to the model: every prompt's schemas empty (environments still reset and
+        score episodes). The turn loop should then run no tool round (max_rounds=0), so a call is never run."""
+        self.schemas = dict.fromkeys(self.schemas, [])
+        return self
+
     def __getstate__(self) -> dict:
         """A copy in another process (a Ray rollout worker) builds its own environments."""
         return {**self.__dict__, "pool": {}}

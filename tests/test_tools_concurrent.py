@@ -259,3 +259,36 @@ def test_an_async_tools_own_cancelled_error_is_its_failure_not_a_timeout_or_the_
     box = Toolbox([cancels], 5.0)
     alone, [[together]] = box.call(ToolCall("cancels", {"x": 1})), call_all([(box, [ToolCall("cancels", {"x": 1})])])
     assert alone.outcome == "raised" and together.outcome == "raised" and not box.retired
+
+
+def test_sync_calls_run_on_kept_threads_at_most_tool_workers_at_once(monkeypatch):
+    """Past TOOL_WORKERS running sync calls the rest wait for a thread (each still timed from its own start); a
+    later round reuses the threads of an earlier one instead of starting its own."""
+    live, peak, lock, ran_on = [0], [0], threading.Lock(), []
+
+    def nap(s: float) -> str:
+        """
+        Sleeps.
+
+        Args:
+            s: Seconds.
+        """
+        with lock:
+            live[0] += 1
+            peak[0] = max(peak[0], live[0])
+            ran_on.append(threading.current_thread())  # the Thread objects kept: none is a later one
+        time.sleep(s)
+        with lock:
+            live[0] -= 1
+        return "ok"
+
+    monkeypatch.setattr(tools_module, "TOOL_WORKERS", 2)
+    box = Toolbox([nap], 1.0)
+    jobs = [(box, [ToolCall("nap", {"s": 0.2})]) for _ in range(6)]
+    t0 = time.monotonic()
+    results = call_all(jobs)
+    assert [[r.outcome for r in rs] for rs in results] == [["ok"]] * 6  # none waited into a timeout
+    assert peak[0] == 2 and time.monotonic() - t0 >= 0.55               # three waves of two
+    first = list(ran_on)
+    assert call_all(jobs[:2])[0][0].outcome == "ok"
+    assert all(any(t is u for u in first) for t in ran_on[6:])  # the second round on the first round's threads

@@ -18,7 +18,8 @@ import inspect
 import math
 import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+import queue
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -29,8 +30,8 @@ from ..rewards.scoring import ASYNC_GRACE_S, awaited, call_on_thread, start_asyn
 OUTCOMES = ("ok", "malformed", "unknown", "bad_arguments", "raised", "bad_result", "timeout", "retired")
 """What a call can come to; all but ok and timeout count in tools/errors."""
 TOOL_WORKERS = 64
-"""Most sync tool calls that run at once (`call_all`): threads that mostly wait, each call on its own daemon thread
-under tool_timeout. Async calls are not counted: a round's all share one event loop."""
+"""Most sync tool calls that run at once (`call_all`), each on a daemon thread of CALL_THREADS under tool_timeout;
+the others wait for a free one. Async calls are not counted: a round's all share one event loop."""
 JSON_TYPES: dict[str, Callable[[Any], bool]] = {
     "integer": lambda v: isinstance(v, int) and not isinstance(v, bool) or isinstance(v, float) and v.is_integer(),
     "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
@@ -258,6 +259,39 @@ class RoundLoop:
             self.loop = None
 
 
+class CallThreads:
+    """Daemon threads that run sync tool calls, kept from round to round: a call starts a thread only when every
+    kept one is busy. A call that runs past its limit is given up by its caller (`call_all`) and keeps its thread
+    until it ends, if ever; the thread then takes calls again."""
+
+    def __init__(self):
+        self.calls: queue.SimpleQueue = queue.SimpleQueue()
+        self.idle, self.lock = 0, threading.Lock()
+
+    def submit(self, settled: Callable) -> Future:
+        """settled() on a kept thread: a future of its outcome (its value, or the exception it raised)."""
+        future: Future = Future()
+        with self.lock:
+            fresh = self.idle == 0
+            if not fresh:
+                self.idle -= 1  # one waiting thread takes this call
+        if fresh:
+            threading.Thread(target=self._work, daemon=True, name="aha-tool-call").start()
+        self.calls.put((settled, future))
+        return future
+
+    def _work(self) -> None:
+        while True:
+            settled, future = self.calls.get()
+            future.set_result(call_on_thread(settled, math.inf, {}))  # math.inf: here, caught, no thread of its own
+            with self.lock:
+                self.idle += 1
+
+
+CALL_THREADS = CallThreads()
+"""The threads every round's sync tool calls run on (one process-wide set)."""
+
+
 def _outcome(future: Future) -> Any:
     """A call's outcome as run_settled gives it: what it returned, what ended it (a tool's own CancelledError), or
     RewardTimeout when it is not done."""
@@ -278,46 +312,54 @@ def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
 
 def call_all(jobs: list[tuple[Toolbox, list[ToolCall]]]) -> list[list[ToolResult]]:
     """The results of each toolbox's calls, in the order given. The calls of a round run side by side: sync ones on
-    a pool of TOOL_WORKERS threads, async ones all on one event loop (RoundLoop), each under tool_timeout. The calls
-    to one environment's methods run one after another in the order the model wrote them, and none after one ran
-    past tool_timeout (Toolbox.call); calls to standalone tools keep no order (there is no state between them to
-    keep it for), so they run side by side, even two of one episode: a standalone tool must take calls at once, as
-    it does from the episodes of a round. A tool that hangs costs a round its timeout once, not once per call."""
+    at most TOOL_WORKERS kept threads (CALL_THREADS), async ones all on one event loop (RoundLoop), each under
+    tool_timeout from when it starts. The calls to one environment's methods run one after another in the order the
+    model wrote them, and none after one ran past tool_timeout (Toolbox.call); calls to standalone tools keep no
+    order (there is no state between them to keep it for), so they run side by side, even two of one episode: a
+    standalone tool must take calls at once, as it does from the episodes of a round. A tool that hangs costs a
+    round its timeout once, not once per call."""
     results: list[list[ToolResult | None]] = [[None] * len(calls) for _, calls in jobs]
     queues = []  # (job, call) indices to run one after another: an environment's calls, or one standalone call
     for j, (box, calls) in enumerate(jobs):
         own = [(j, i) for i, c in enumerate(calls) if c.name in box.env_methods]
         queues += ([own] if own else []) + [[(j, i)] for i, c in enumerate(calls) if c.name not in box.env_methods]
-    loop, running = RoundLoop(), {}  # future -> (its queue, when it is given up, its event loop or None)
-    with ThreadPoolExecutor(TOOL_WORKERS, thread_name_prefix="aha-tools") as pool:
-        def start(queue: list) -> None:
-            """Answer the queue's calls that are not run; start the first that is."""
-            while queue:
-                j, i = queue[0]
-                box = jobs[j][0]
-                ready = box.ready(jobs[j][1][i])
-                if not isinstance(ready, ToolResult):
-                    future, deadline, its_loop = loop.submit(ready, box.timeout_s) \
-                        if inspect.iscoroutinefunction(ready) \
-                        else (pool.submit(run_settled, ready, box.timeout_s), math.inf, None)  # ends by its limit
-                    running[future] = queue, deadline, its_loop
-                    return
-                results[j][i] = ready
-                queue.pop(0)
+    loop, running, waiting = RoundLoop(), {}, []  # running: future -> (its queue, when it is given up, its loop)
 
-        for queue in queues:
-            start(queue)
-        while running:
-            first = min(deadline for _, deadline, _ in running.values())
-            wait(running, None if first == math.inf else max(first - time.monotonic(), 0), FIRST_COMPLETED)
-            now = time.monotonic()
-            for future, (queue, deadline, its_loop) in list(running.items()):
-                if future.done() or deadline <= now:
-                    del running[future]
-                    if not future.done():  # its loop is blocked
-                        loop.close(its_loop)
-                    j, i = queue.pop(0)
-                    results[j][i] = jobs[j][0].result(jobs[j][1][i].name, _outcome(future))
-                    start(queue)
-        loop.close()
+    def start(queue: list) -> None:
+        """Answer the queue's calls that are not run; start the first that is (or leave the queue waiting for a
+        thread)."""
+        while queue:
+            j, i = queue[0]
+            box = jobs[j][0]
+            ready = box.ready(jobs[j][1][i])
+            if not isinstance(ready, ToolResult):
+                if inspect.iscoroutinefunction(ready):
+                    future, deadline, its_loop = loop.submit(ready, box.timeout_s)
+                elif sum(its is None for _, _, its in running.values()) >= TOOL_WORKERS:
+                    waiting.append(queue)
+                    return
+                else:
+                    future, deadline, its_loop = CALL_THREADS.submit(ready), time.monotonic() + box.timeout_s, None
+                running[future] = queue, deadline, its_loop
+                return
+            results[j][i] = ready
+            queue.pop(0)
+
+    for queue in queues:
+        start(queue)
+    while running:
+        first = min(deadline for _, deadline, _ in running.values())
+        wait(running, None if first == math.inf else max(first - time.monotonic(), 0), FIRST_COMPLETED)
+        now = time.monotonic()
+        for future, (queue, deadline, its_loop) in list(running.items()):
+            if future.done() or deadline <= now:
+                del running[future]
+                if not future.done() and its_loop is not None:  # its loop is blocked
+                    loop.close(its_loop)
+                j, i = queue.pop(0)
+                results[j][i] = jobs[j][0].result(jobs[j][1][i].name, _outcome(future))
+                start(queue)
+        while waiting and sum(its is None for _, _, its in running.values()) < TOOL_WORKERS:
+            start(waiting.pop(0))
+    loop.close()
     return results

@@ -115,6 +115,7 @@ def test_aha_eval_task_filesystem_reports_success_by_family_and_pass_at_k(agent_
     assert summary["tools/calls_per_episode"] == pytest.approx(solved / 24)
     record = json.loads((out / "per_problem.jsonl").read_text().splitlines()[0])
     assert record["messages"][-1]["role"] == "assistant"
+    assert "mkdir(path" in record["prompt"]  # the prompt the episode was shown, its tools listed
 
 
 def test_aha_sample_writes_messages_that_aha_sft_trains_on(agent_tiny, tmp_path, solver):
@@ -278,11 +279,12 @@ def test_eval_without_tools_shows_no_tool_and_runs_no_call(agent_tiny, tmp_path,
     summary = json.loads((out / "results.json").read_text())["summary"]
     assert summary["tools"] is False and summary["accuracy"] == 0.0  # the solver's calls are written, never run
     assert summary["tools/calls_per_episode"] == 0.0
-    assert ContextSolver.contexts and not any('"mkdir"' in c or "<tools>" in c for c in ContextSolver.contexts)
+    assert ContextSolver.contexts and not any("mkdir(path" in c for c in ContextSolver.contexts)
     assert all("<|im_start|>tool" not in c for c in ContextSolver.contexts)  # one reply: no tool turn
+    assert "mkdir(path" not in json.loads((out / "per_problem.jsonl").read_text().splitlines()[0])["prompt"]
     ContextSolver.contexts = []
     assert main(["eval", agent_tiny, "task=filesystem", "engine=context", "num_problems=24",
                  "max_new_tokens=64", f"output_dir={tmp_path / 'with'}", "progress_bar=false"]) == 0
-    assert any('"mkdir"' in c for c in ContextSolver.contexts)  # with its tools, the prompt lists them
+    assert all("mkdir(path" in c for c in ContextSolver.contexts)  # with its tools, every prompt lists them
     assert main(["eval", agent_tiny, "task=arithmetic", "tools=false", "num_problems=2", "progress_bar=false"]) != 0
     assert "tools=false: task 'arithmetic' is not an agent task" in capsys.readouterr().err

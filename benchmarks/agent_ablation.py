@@ -25,6 +25,7 @@ ARMS = {
     "cut_t07": ['grpo_config={"reward_funcs": ["cut_as_failure"], "temperature": 0.7}'],
     "gigpo": ['grpo_config={"advantage_estimator": "gigpo"}'],
     "variance_filter": ['grpo_config={"keep_groups_by_std": 0.5}'],
+    "dynamic_sampling": ['grpo_config={"dynamic_sampling": true}'],
     "steps120": ["grpo_steps=120"],
 }
 """Arm name -> its `aha demo agent` settings beyond the demo's own (balanced: the demo as it ships; grpo_config lays

@@ -288,3 +288,17 @@ def test_eval_without_tools_shows_no_tool_and_runs_no_call(agent_tiny, tmp_path,
     assert all("mkdir(path" in c for c in ContextSolver.contexts)  # with its tools, every prompt lists them
     assert main(["eval", agent_tiny, "task=arithmetic", "tools=false", "num_problems=2", "progress_bar=false"]) != 0
     assert "tools=false: task 'arithmetic' is not an agent task" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["filesystem", "calculator"])
+def test_the_smollm2_agent_recipes_are_valid(name):
+    """benchmarks/smollm2_agent's recipes (BENCHMARKS' real-model table) parse and validate as they ship."""
+    from pathlib import Path
+
+    from aha.config.parse import load_yaml
+    from aha.recipe import validate
+    path = Path(__file__).parents[1] / "benchmarks" / "smollm2_agent" / f"{name}.yaml"
+    recipe, numbers = load_yaml(path.read_text(), str(path))
+    stages = validate(recipe, numbers, str(path))
+    assert [s["type"] for s in stages] == ["eval", "eval", "sft", "grpo", "sample", "sft", "grpo"]
+    assert stages[0]["tools"] is False and all(s["task"] == name for s in stages if "task" in s)

@@ -96,6 +96,10 @@ def _check_top(recipe: dict, numbers: dict[tuple, str], where: str) -> None:
             raise ConfigError(f"recipe {key}: expected a non-empty string, got {recipe[key]!r}")
     if recipe.get("eval") is not None and not isinstance(recipe["eval"], dict):
         raise ConfigError(f"recipe `eval` block: expected a mapping of EvalConfig fields, got {recipe['eval']!r}")
+    per_stage = sorted({"model", "output_dir"} & set(recipe.get("eval") or {}))
+    if per_stage:
+        raise ConfigError(f"recipe `eval` block: {', '.join(per_stage)} cannot be set there: each model stage is "
+                          "evaluated on its own model, into its own eval/ folder")
 
 
 def validate(recipe: dict, numbers: dict[tuple, str] | None = None, where: str = "recipe") -> list[dict]:
@@ -262,8 +266,8 @@ def run_recipe(path: str, overrides: list[str] | None = None) -> dict:
             record = {"stage": name, "type": kind, "seconds": round(time.perf_counter() - t, 1),
                       "result": {k: v for k, v in result.items() if isinstance(v, (int, float, str))}}
             if STAGES[kind].makes_model and ev:
-                summary = run_eval(EvalConfig(model=_output(stage_dir, kind), output_dir=str(stage_dir / "eval"),
-                                              progress_bar=False, **ev))
+                summary = run_eval(EvalConfig(**{"progress_bar": False, **ev, "model": _output(stage_dir, kind),
+                                                 "output_dir": str(stage_dir / "eval")}))
                 record["eval"] = {k: summary[k] for k in summary if k in ("accuracy", "accuracy_ci95", "format_frac",
                                                                           "len_mean") or k.startswith("accuracy/")}
             atomic_write(done, json.dumps(record, indent=2))  # the marker: all or nothing, never torn

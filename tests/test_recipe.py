@@ -29,6 +29,8 @@ def test_recipe_errors_before_anything_runs(stages, msg):
     ({"model": "@x", "stages": [{"name": "a", "type": "eval", "task": "arithmetik"}]}, r"stage 'a': .*arithmetik"),
     ({"eval": {"task": "arithmetic", "num_problem": 4}, "stages": [{"name": "a", "type": "tiny"}]},
      r"recipe `eval` block: .*did you mean 'num_problems'"),
+    ({"eval": {"task": "arithmetic", "model": "x"}, "stages": [{"name": "a", "type": "tiny"}]},
+     r"recipe `eval` block: model cannot be set there"),
 ])
 def test_recipe_missing_inputs_fail_before_anything_runs(recipe, msg):
     with pytest.raises(ValueError, match=msg):
@@ -38,7 +40,7 @@ def test_recipe_missing_inputs_fail_before_anything_runs(recipe, msg):
 def test_recipe_runs_all_stage_types_and_resumes(tmp_path, capsys):
     recipe = {
         "output_dir": str(tmp_path / "r"),
-        "eval": {"task": "arithmetic", "num_problems": 4},
+        "eval": {"task": "arithmetic", "num_problems": 4, "progress_bar": False},  # the recipe's own default too
         "stages": [
             {"name": "base", "type": "tiny", "task": "arithmetic", "size": "tiny"},
             {"name": "sft", "type": "sft", "task": "arithmetic", "max_steps": 2, "per_device_train_batch_size": 4,

@@ -180,10 +180,10 @@ def generate(model, tokenizer, task: Task, rows: list[dict], n: int, params, bat
     from .rollout.experience import episode_inputs
     from .rollout.turns import sample_episodes
     if task.is_agent:
-        agent = task.agent() if tools else task.agent().without_tools()
-        out, _ = sample_episodes(model, tokenizer, agent, rows, params.max_new_tokens,
-                                 task.max_tool_calling_iterations if tools else 0, None, batch_size, params.temperature, n, seed, engine,
-                                 params.top_p)
+        agent, rounds = (task.agent(), task.max_tool_calling_iterations) if tools else (
+            task.agent().without_tools(), 0)
+        out, _ = sample_episodes(model, tokenizer, agent, rows, params.max_new_tokens, rounds, None, batch_size,
+                                 params.temperature, n, seed, engine, params.top_p)
     else:
         ids = [encode_prompt(tokenizer, r["prompt"]) for r in rows]
         with tqdm(total=len(ids), desc=desc, disable=not progress, leave=False) as bar:  # one call: batch_size rows
@@ -368,10 +368,10 @@ def run_eval(cfg: EvalConfig) -> dict:
     task = get_task(cfg.task)
     if cfg.split not in task.splits:
         raise ValueError(f"task '{task.name}' has no split '{cfg.split}'; valid: {list(task.splits)}")
-    tokenizer = load_tokenizer(cfg.model)
-    model = load_model(cfg.model, cfg.dtype)
     if not cfg.tools and not task.is_agent:
         raise ValueError(f"tools=false: task '{task.name}' is not an agent task, it has no tools to leave out")
+    tokenizer = load_tokenizer(cfg.model)
+    model = load_model(cfg.model, cfg.dtype)
     rows = task.load(cfg.split)
     rows = rows[:cfg.num_problems] if cfg.num_problems else rows
     summary, records = evaluate(model, tokenizer, task, rows, cfg.k, cfg.n_samples, cfg.temperature,

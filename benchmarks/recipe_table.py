@@ -65,7 +65,8 @@ def table(rows: list[dict], against: str | None) -> str:
         cells = [r["stage"], f"{k}/{n} = {100 * k / n:.1f}% [{100 * lo:.1f}, {100 * hi:.1f}]", change,
                  f"{s.get('tools/calls_per_episode', 0):.2f}",
                  *[f"{100 * s[f'accuracy/{f}']:.0f}" for f in families],
-                 "" if r["train_s"] is None else f"{r['train_s']:.0f}", f"{r['seconds']:.0f}", f"{s.get('seconds', 0):.0f}"]
+                 "" if r["train_s"] is None else f"{r['train_s']:.0f}", f"{r['seconds']:.0f}",
+                 f"{s.get('seconds', 0):.0f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 import math
+import queue
 import threading
 import time
-import queue
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 from typing import Any, Callable

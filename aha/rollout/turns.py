@@ -227,10 +227,11 @@ def greedy_episodes(model, tokenizer, agent, rows: list[dict], max_new_tokens: i
 
 def sample_episodes(model, tokenizer, agent, rows: list[dict], max_new_tokens: int, max_rounds: int | None = None,
                     template_kwargs: dict | None = None, max_batch: int = 256, temperature: float = 0.0, n: int = 1,
-                    seed: int = 0, engine: str = "hf", top_p: float = 1.0) -> tuple[Rollout, list]:
+                    seed: int = 0, engine: str = "hf", top_p: float = 1.0,
+                    rejoin: bool = True) -> tuple[Rollout, list]:
     """n episodes per row (row-major) at `temperature` (0: greedy, and n must be 1) and `top_p`, sampled with a
-    generator seeded by `seed` on the engine named `engine` (aha.rollout.engines): the Rollout and each episode's
-    environment (get_reward says whether it succeeded)."""
+    generator seeded by `seed` on the engine named `engine` (aha.rollout.engines), the turn loop rejoining or in
+    rounds (`run_turns`): the Rollout and each episode's environment (get_reward says whether it succeeded)."""
     from .engines import get_engine
     if n < 1 or temperature == 0 and n != 1:
         raise ValueError(f"n={n} episodes per row at temperature {temperature}: n must be >= 1, and 1 when greedy")
@@ -242,6 +243,6 @@ def sample_episodes(model, tokenizer, agent, rows: list[dict], max_new_tokens: i
                                 state_key=getattr(env, "state_key", None)))
     generator = torch.Generator().manual_seed(seed) if temperature > 0 else None
     out = run_turns(get_engine(engine)(model, tokenizer, max_batch), chat, episodes, n,
-                    SamplingParams(temperature, top_p, 0, max_new_tokens), generator, max_rounds)
+                    SamplingParams(temperature, top_p, 0, max_new_tokens), generator, max_rounds, rejoin=rejoin)
     out.environments = envs if agent.has_environments else None
     return out, envs

@@ -159,14 +159,14 @@ def _format_summary(task: Task, verifier, rows: list[dict], greedy: list[str], r
 @dataclass
 class Generated:
     """n completions of each row, prompt-major: their texts and lengths in tokens; for an agent task, the episodes'
-    inputs to scoring (messages, environments), their records (aha.rollout.turns.Episode.record) and the prompt
+    inputs to scoring (messages, environments), their records (aha.rollout.turns.Episode.record) and the prompt ids
     each was shown (its tools listed, its environment's reset text appended)."""
 
     texts: list[str]
     lengths: list[int]
     inputs: dict | None = None
     episodes: list[dict] | None = None
-    prompts: list[str] | None = None
+    prompt_ids: list[list[int]] | None = None
 
 
 def generate(model, tokenizer, task: Task, rows: list[dict], n: int, params, batch_size: int = 256, seed: int = 0,
@@ -190,8 +190,7 @@ def generate(model, tokenizer, task: Task, rows: list[dict], n: int, params, bat
             out = get_engine(engine)(model, tokenizer, batch_size).generate(  # at once, kept full
                 ids, n, params, torch.Generator().manual_seed(seed), on_group=lambda i, r: bar.update())
     return Generated(tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True),
-                     [len(c) for c in out.completion_ids], episode_inputs(out), out.episodes,
-                     tokenizer.batch_decode(out.prompt_ids) if out.prompt_ids else None)
+                     [len(c) for c in out.completion_ids], episode_inputs(out), out.episodes, out.prompt_ids)
 
 
 def verdicts(model, tokenizer, task: Task, rows: list[dict], n: int, params, batch_size: int = 256, seed: int = 0,
@@ -277,7 +276,7 @@ def _greedy_summary(task: Task, verifier, tokenizer, rows: list[dict], greedy: G
     summary.update({"len_mean": sum(greedy.lengths) / len(greedy.lengths), "num_problems": len(rows)})
     summary.update(tool_metrics(greedy.episodes) if greedy.episodes else {})
     summary.update(counters)
-    sent = greedy.prompts or [tokenizer.decode(encode_prompt(tokenizer, r["prompt"])) for r in rows]
+    sent = [tokenizer.decode(p) for p in greedy.prompt_ids or [encode_prompt(tokenizer, r["prompt"]) for r in rows]]
     records = [{"id": r.get("id", i), "prompt": p, "answer": r.get("answer"), "greedy": g, "greedy_correct": c,
                 "greedy_undecided": v is None, "greedy_len": n}
                for i, (r, p, g, c, v, n) in enumerate(zip(rows, sent, greedy.texts, ok, verdicts, greedy.lengths))]

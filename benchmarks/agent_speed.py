@@ -35,6 +35,7 @@ sides wrote the same tokens.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -220,18 +221,26 @@ def rows_scan(a) -> dict:
     return {"tokens_per_s_by_rows": out}
 
 
+@contextlib.contextmanager
+def counting_decode_steps():
+    """A list that gets one entry per decode step while the block runs (a step samples once for its whole batch)."""
+    steps, sample = [], engine_module.sample_tokens
+
+    def counted(*args, **kwargs):
+        steps.append(1)
+        return sample(*args, **kwargs)
+    engine_module.sample_tokens = counted
+    try:
+        yield steps
+    finally:
+        engine_module.sample_tokens = sample
+
+
 def rejoin_against_rounds(a) -> dict:
     """Part 4: turns of drawn, unequal lengths; rounds against rejoining, alternating."""
     tok, model = build(a.size)
     DrawnTurns.shortest, DrawnTurns.longest = a.shortest, a.longest
     engine = DrawnTurns.for_model(model, tok, eos_token_ids=[tok.convert_tokens_to_ids("<|im_end|>")])
-    steps, sample = [], engine_module.sample_tokens
-
-    def counted(*args, **kwargs):  # one sample a decode step, for the whole batch
-        steps.append(1)
-        return sample(*args, **kwargs)
-    engine_module.sample_tokens = counted
-
     @functools.wraps(echo)  # the same name and schema: the same prompts
     def slow_echo(x: int) -> str:
         time.sleep(a.rejoin_tool_seconds)
@@ -241,15 +250,14 @@ def rejoin_against_rounds(a) -> dict:
     rows, ids = [], {}
     for r in range(a.rounds):
         for side in ("rounds", "rejoin") if r % 2 == 0 else ("rejoin", "rounds"):
-            steps.clear()
-            seconds, info = episodes_run(engine, tok, a.episodes, a.budget, side == "rejoin", tool)
+            with counting_decode_steps() as steps:
+                seconds, info = episodes_run(engine, tok, a.episodes, a.budget, side == "rejoin", tool)
             ids.setdefault(side, info.pop("ids"))
             rows.append({"round": r, "side": side, "s_per_step": round(seconds, 3), "decode_steps": len(steps),
                          "model_tokens": info["model_tokens"],
                          "model_tokens_per_s": round(info["model_tokens"] / seconds, 1),
                          "turns": sum(info["turns"]), "turns_by_episode": sorted(set(info["turns"]))})
             print(json.dumps(rows[-1]), flush=True)
-    engine_module.sample_tokens = sample
     med = {s: statistics.median(x["s_per_step"] for x in rows if x["side"] == s) for s in ("rounds", "rejoin")}
     return {"rounds": rows, "median_s_per_step": med, "rounds_over_rejoin": round(med["rounds"] / med["rejoin"], 2),
             "same_tokens": ids["rounds"] == ids["rejoin"]}

@@ -8,8 +8,8 @@ Each side samples --tasks train tasks x --group episodes at --temperature with t
 limit (aha.rollout.turns.sample_episodes, as training's experience does), one generate call of all of them; sides
 alternate, --rounds each, the first round of each side a warm-up. At a temperature above 0 the two schedules draw
 different samples (the batch's make-up differs at each step), so their tokens differ: printed per side and round
-are seconds, decode steps (batch forward passes of one token a row), model tokens, model tokens/s, turns and
-success; the medians over the timed rounds close it.
+are seconds, decode steps (batch forward passes of one token a row), model tokens, model tokens/s, model turns
+and success; the medians over the timed rounds close it.
 """
 
 from __future__ import annotations
@@ -25,37 +25,26 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from agent_speed import counting_decode_steps  # noqa: E402  (benchmarks/ is this script's directory)
+
 from aha.models import load_model, load_tokenizer  # noqa: E402
-from aha.rollout import hf as engine_module  # noqa: E402
 from aha.rollout.turns import sample_episodes  # noqa: E402
 from aha.tasks import get_task  # noqa: E402
 
 
-def counting_steps() -> list:
-    """One entry per decode step (each samples once for its whole batch)."""
-    seen, sample = [], engine_module.sample_tokens
-
-    def counting(*args, **kwargs):
-        seen.append(1)
-        return sample(*args, **kwargs)
-
-    engine_module.sample_tokens = counting
-    return seen
-
-
-def run(model, tokenizer, task, rows: list[dict], a, rejoin: bool, steps: list) -> dict:
-    steps.clear()
+def run(model, tokenizer, task, rows: list[dict], a, rejoin: bool) -> dict:
     t0 = time.perf_counter()
-    out, envs = sample_episodes(model, tokenizer, task.agent(), rows, task.max_completion_length,
-                                task.max_tool_calling_iterations, None, 256, a.temperature, a.group, a.seed,
-                                rejoin=rejoin)
+    with counting_decode_steps() as steps:
+        out, envs = sample_episodes(model, tokenizer, task.agent(), rows, task.max_completion_length,
+                                    task.max_tool_calling_iterations, None, 256, a.temperature, a.group, a.seed,
+                                    rejoin=rejoin)
     seconds = time.perf_counter() - t0
     model_tokens = sum(e["model_tokens"] for e in out.episodes)
     verdict = task.correct()
     success = verdict(environments=envs, episodes=out.episodes) if envs and envs[0] is not None else None
     return {"schedule": "rejoin" if rejoin else "rounds", "seconds": seconds, "decode_steps": len(steps),
             "model_tokens": model_tokens, "model_tokens_per_s": model_tokens / seconds,
-            "turns": sum(e["turns"] if isinstance(e["turns"], int) else len(e["turns"]) for e in out.episodes),
+            "model_turns": sum(t["role"] == "assistant" for e in out.episodes for t in e["turns"]),
             "success": None if success is None else sum(x == 1.0 for x in success) / len(success)}
 
 
@@ -76,10 +65,10 @@ def main(argv=None) -> None:
     task, tokenizer = get_task(a.task), load_tokenizer(a.model)
     model = load_model(a.model, a.dtype)
     rows = task.load("train", a.tasks, seed=a.seed)
-    steps, results = counting_steps(), []
+    results = []
     for r in range(a.rounds):
         for rejoin in (True, False) if r % 2 == 0 else (False, True):
-            res = {"round": r, **run(model, tokenizer, task, rows, a, rejoin, steps)}
+            res = {"round": r, **run(model, tokenizer, task, rows, a, rejoin)}
             results.append(res)
             print(json.dumps(res), flush=True)
     medians = {}

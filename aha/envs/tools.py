@@ -324,6 +324,7 @@ def call_all(jobs: list[tuple[Toolbox, list[ToolCall]]]) -> list[list[ToolResult
         own = [(j, i) for i, c in enumerate(calls) if c.name in box.env_methods]
         queues += ([own] if own else []) + [[(j, i)] for i, c in enumerate(calls) if c.name not in box.env_methods]
     loop, running, waiting = RoundLoop(), {}, []  # running: future -> (its queue, when it is given up, its loop)
+    threads = [0]  # sync calls running (each holds a thread of CALL_THREADS)
 
     def start(queue: list) -> None:
         """Answer the queue's calls that are not run; start the first that is (or leave the queue waiting for a
@@ -335,11 +336,12 @@ def call_all(jobs: list[tuple[Toolbox, list[ToolCall]]]) -> list[list[ToolResult
             if not isinstance(ready, ToolResult):
                 if inspect.iscoroutinefunction(ready):
                     future, deadline, its_loop = loop.submit(ready, box.timeout_s)
-                elif sum(its is None for _, _, its in running.values()) >= TOOL_WORKERS:
+                elif threads[0] >= TOOL_WORKERS:
                     waiting.append(queue)
                     return
                 else:
                     future, deadline, its_loop = CALL_THREADS.submit(ready), time.monotonic() + box.timeout_s, None
+                    threads[0] += 1
                 running[future] = queue, deadline, its_loop
                 return
             results[j][i] = ready
@@ -354,12 +356,14 @@ def call_all(jobs: list[tuple[Toolbox, list[ToolCall]]]) -> list[list[ToolResult
         for future, (queue, deadline, its_loop) in list(running.items()):
             if future.done() or deadline <= now:
                 del running[future]
-                if not future.done() and its_loop is not None:  # its loop is blocked
+                if its_loop is None:
+                    threads[0] -= 1
+                elif not future.done():  # its loop is blocked
                     loop.close(its_loop)
                 j, i = queue.pop(0)
                 results[j][i] = jobs[j][0].result(jobs[j][1][i].name, _outcome(future))
                 start(queue)
-        while waiting and sum(its is None for _, _, its in running.values()) < TOOL_WORKERS:
+        while waiting and threads[0] < TOOL_WORKERS:
             start(waiting.pop(0))
     loop.close()
     return results

@@ -60,14 +60,29 @@ def test_a_pass_that_does_not_fit_memory_is_cut_to_the_tokens_that_do():
     assert choose(args, b, m, memory, "cpu", False).tokens == int((memory / 4) // (act + logit))  # under 1,024 too
 
 
-def test_prompts_are_shared_when_they_hold_twice_the_completion_tokens():
-    assert share_prompts(config(), batch_of([20] * 8, [10] * 8, 4))                     # 160 >= 2 x 80
-    assert not share_prompts(config(), batch_of([20] * 8, [11] * 8, 4))                 # 160 < 2 x 88
+def test_prompts_are_shared_whenever_they_repeat():
+    assert share_prompts(config(), batch_of([20] * 8, [10] * 8, 4))
+    assert share_prompts(config(), batch_of([20] * 8, [500] * 8, 4))                    # short against completions
     distinct = NS(prompt_ids=[[i] * 20 for i in range(8)], completion_ids=[[7]] * 8, group_size=4)
     assert not share_prompts(config(), distinct)                                        # nothing repeats
     assert not share_prompts(config(gradient_checkpointing=True), batch_of([20] * 8, [1] * 8, 4))
     assert not share_prompts(config(share_prompts=False), batch_of([20] * 8, [1] * 8, 4))
     assert share_prompts(config(share_prompts=True), batch_of([2] * 8, [100] * 8, 4))
+
+
+def test_a_shared_pass_counts_each_prompt_once_against_the_token_budget():
+    """Hand-checked, as completion_logprobs pads a shared pass: distinct prompts x longest prompt + rows x (longest
+    completion + 1). Groups of 4 with 20-token prompts and 30-token completions: one group is 20 + 4 x 31 = 144
+    tokens, where counting the prompt on every row would make it 4 x 50 = 200."""
+    from aha.train.learner import Learner
+    b = batch_of([20] * 8, [30] * 8, 4)
+    cut = lambda budget, share: Learner.micro_batches(  # noqa: E731
+        NS(args=NS(per_device_train_batch_size=8), passes=Passes(budget, share)), b, list(range(8)))
+    assert cut(144, True) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    # 20 + 3 x 31 = 113, a 4th row makes 144; then rows 3-5 span two prompts: 2 x 20 + 3 x 31 = 133 (a 4th: 164)
+    assert cut(143, True) == [[0, 1, 2], [3, 4, 5], [6, 7]]
+    assert cut(144, False) == [[0, 1], [2, 3], [4, 5], [6, 7]]  # 3 x 50 = 150 > 144
+    assert cut(288, True) == [[0, 1, 2, 3, 4, 5, 6, 7]]         # 2 x 20 + 8 x 31 = 288
 
 
 def test_a_users_token_budget_wins():
@@ -158,17 +173,24 @@ def test_the_readme_configurations_keep_their_passes(name):
                         (name, P, C, share)
 
 
-def test_the_demos_first_batches_do_not_share_prompts(tiny_dir):
-    """The arithmetic demo's chat prompts (as the trainer encodes them) against its first batches' completions:
-    the recorded demo runs' mean completion never fell below 19 tokens in 600 steps over 3 seeds (BENCHMARKS,
-    "Automatic passes"), and the prompts are under twice that, so share_prompts stays off as recorded."""
-    from transformers import AutoTokenizer
-    from aha.tasks import get_task
-    tok = AutoTokenizer.from_pretrained(tiny_dir)
-    rows = get_task("arithmetic").load("train", 64, 0)
-    prompt_lens = [len(tok(tok.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False),
-                           add_special_tokens=False)["input_ids"]) for r in rows]
-    assert max(prompt_lens) < 2 * 19, prompt_lens
-    first = batch_of([p for p in prompt_lens[:16] for _ in range(8)], [19] * 128, 8)
-    assert not share_prompts(GRPOConfig(output_dir="unused", num_generations=8, per_device_train_batch_size=128),
-                             first)
+def test_the_demos_keep_the_passes_of_their_recorded_runs(tmp_path, monkeypatch):
+    """The recorded runs of the arithmetic demos (default, aha moment, process) ran without shared prompts; aha
+    would share them now, so the demo's GRPOConfig says so, and an override still wins."""
+    import aha.train.grpo as grpo
+    from aha.demo import default
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def capture(model, reward_funcs, args, **kw):
+        seen.append(args)
+        raise Stop
+
+    monkeypatch.setattr(grpo, "GRPOTrainer", capture)
+    cfg = default.DemoConfig(**default.DEFAULTS)
+    task = NS(max_completion_length=32, reward_weights=None)
+    for overrides in ({}, {"share_prompts": True}):
+        with pytest.raises(Stop):
+            default.train_grpo(cfg, tmp_path, tmp_path, task, [], [], [], eval_fn=lambda *a: None, **overrides)
+    assert [a.share_prompts for a in seen] == [False, True]

@@ -295,8 +295,8 @@ class GRPOConfig(TrainConfig):
     instead of once per completion: the same log-probs and gradients up to float summation order, and a GRPO
     group of G costs one prompt pass instead of G (worth most when prompts are long against completions).
     Micro-batches then hold whole groups, ordered by their longest sequence. Not with gradient_checkpointing
-    or learner_sharding=fsdp. null: decided on the run's first batch, on if its prompt tokens are at least twice
-    its completion tokens (where those two allow it); logged, and recorded each step as perf/share_prompts."""
+    or learner_sharding=fsdp. null: decided on the run's first batch, on if its prompts repeat (where those two
+    allow it); logged, and recorded each step as perf/share_prompts."""
     log_completions_steps: int = 10
     """Log sample completions with their rewards every this many steps and at the last step (0: never)."""
     num_completions_to_print: Optional[int] = 2

@@ -126,7 +126,9 @@ def train_grpo(cfg: DemoConfig, out: Path, sft_dir: Path, task, train: list, rew
         "num_generations": G, "per_device_train_batch_size": cfg.prompts_per_step * G,
         "max_completion_length": task.max_completion_length, "temperature": 1.0, "beta": 0.0,
         "reward_weights": task.reward_weights, "eval_steps": cfg.eval_every, "seed": cfg.seed,
-        "log_completions_steps": 0, "progress_bar": cfg.progress_bar, "overwrite_output_dir": True, **overrides})
+        "log_completions_steps": 0, "progress_bar": cfg.progress_bar, "overwrite_output_dir": True,
+        "share_prompts": False,  # as its recorded runs (aha would share its prompts: the same sums in another order)
+        **overrides})
     trainer = GRPOTrainer(model=str(sft_dir), reward_funcs=rewards, args=grpo_args,
                           train_dataset=train[cfg.sft_examples + DEV_PROBLEMS:],
                           eval_fn=eval_fn or make_eval_fn(task, test[:cfg.eval_during]))

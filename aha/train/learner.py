@@ -216,14 +216,18 @@ class Learner:
         """`ids` (sorted by length) cut into forward/backward passes: per_device_train_batch_size sequences each,
         and with a token budget (max_tokens_per_micro_batch, or aha's choice) no more padded tokens than that (a
         longer sequence goes alone)."""
-        size, budget = self.args.per_device_train_batch_size, self.passes.tokens
-        out, cur, width_p, width_c = [], [], 0, 0
+        size, budget, share = self.args.per_device_train_batch_size, self.passes.tokens, self.passes.share
+        out, cur, width_p, width_c, heads = [], [], 0, 0, set()
         for i in ids:
-            p, c = max(width_p, len(batch.prompt_ids[i])), max(width_c, len(batch.completion_ids[i]))
-            if cur and (len(cur) == size or budget and (len(cur) + 1) * (p + c) > budget):
+            prompt = tuple(batch.prompt_ids[i])
+            p, c = max(width_p, len(prompt)), max(width_c, len(batch.completion_ids[i]))
+            rows, u = len(cur) + 1, len(heads | {prompt}) if share else 0
+            padded = u * p + rows * (c + 1) if share else rows * (p + c)  # as completion_logprobs pads the pass
+            if cur and (len(cur) == size or budget and padded > budget):
                 out.append(cur)
-                cur, p, c = [], len(batch.prompt_ids[i]), len(batch.completion_ids[i])
+                cur, p, c, heads = [], len(prompt), len(batch.completion_ids[i]), set()
             cur, width_p, width_c = cur + [i], p, c
+            heads.add(prompt)
         return out + [cur] if cur else out
 
     def _metrics(self, sums: LossSums, grad_norms: list[float], skipped: int, trainable: Tensor,

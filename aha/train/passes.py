@@ -6,10 +6,11 @@ batch on the same device gets the same passes. Every choice gives the same loss 
 order (denominators count the whole minibatch), so it decides speed and peak memory only.
 
 - `share_prompts` is decided once, on the run's first batch, and kept in every checkpoint (so a run, resumed or
-  not, keeps one arithmetic from start to end): on when its prompt tokens are at least twice its completion tokens
-  and prompts repeat (BENCHMARKS, "One prompt pass per group": 85-token prompts and 36-token completions, G = 8,
-  read 2.6x fewer tokens and updated 2.07x faster; shorter prompts against their completions were not measured). Off with gradient_checkpointing or
-  learner_sharding=fsdp, which it does not support.
+  not, keeps one arithmetic from start to end): on when prompts repeat (a GRPO group's). Measured on CPU it never
+  lost: 85-token prompts and 36-token completions, G = 8, read 2.6x fewer tokens and updated 2.07x faster
+  (BENCHMARKS, "One prompt pass per group"); over prompt:completion lengths from 16:64 to 193:260, the 4m and 30m
+  models' forward and backward ran 0.99-1.61x as fast with it (benchmarks/share_ratio.py, "When sharing prompts
+  pays"). Off with gradient_checkpointing or learner_sharding=fsdp, which it does not support.
 - A batch is cut into length-sorted passes under a padded-token budget only where it pays: on a GPU when a pass of
   per_device_train_batch_size sequences would not fit the memory share below; on a CPU also when its longest
   sequence is over LONG tokens, with passes of at most CPU_PASS_TOKENS (at 512-token completions such passes ran
@@ -76,10 +77,8 @@ def share_prompts(args, batch) -> bool:
     """share_prompts as set, else whether `batch` (the run's first) gains from running each prompt once."""
     if args.share_prompts is not None:
         return args.share_prompts
-    prompts = batch.prompt_ids
-    repeats = len({tuple(p) for p in prompts}) < len(prompts)
-    return (repeats and not args.gradient_checkpointing and args.learner_sharding != "fsdp"
-            and sum(map(len, prompts)) >= 2 * sum(map(len, batch.completion_ids)))
+    repeats = len({tuple(p) for p in batch.prompt_ids}) < len(batch.prompt_ids)
+    return repeats and not args.gradient_checkpointing and args.learner_sharding != "fsdp"
 
 
 def choose(args, batch, model, memory: int, device_type: str, share: bool) -> Passes:
@@ -115,6 +114,6 @@ def describe(args, memory: int, device: torch.device) -> str:
         parts.append(f"max_tokens_per_micro_batch: auto ({rule}; passes cut further to fit "
                      f"{MEMORY_SHARE:.0%} of {memory / 2**30:.0f} GiB of {device.type} memory)")
     if args.share_prompts is None:
-        parts.append("share_prompts: auto (decided on the run's first batch, kept by a resume: on if its prompt "
-                     "tokens are at least twice its completion tokens)")
+        parts.append("share_prompts: auto (decided on the run's first batch, kept by a resume: on if its prompts "
+                     "repeat)")
     return "; ".join(parts)

@@ -33,6 +33,19 @@ def reference_greedy(model, prompt, steps):
     return ids[len(prompt):]
 
 
+@torch.no_grad()
+def reference_greedy_until_a_tie(model, prompt, steps, tie: float):
+    """reference_greedy's tokens up to the first step whose top two logits are within `tie` of each other (there
+    rounding may order them either way, and a cache's kernels round otherwise than a full recompute's)."""
+    ids = list(prompt)
+    for _ in range(steps):
+        top = model(torch.tensor([ids])).logits[0, -1].float().topk(2)
+        if float(top.values[0] - top.values[1]) <= tie:
+            break
+        ids.append(int(top.indices[0]))
+    return ids[len(prompt):]
+
+
 def cut_at(seq, eos):
     for i, t in enumerate(seq):
         if t in eos:
@@ -126,7 +139,7 @@ def test_layer_cache_computes_what_the_model_layers_compute(arch, autocast, monk
     attention, prefill and decode logits are equal to the last bit to those of the model's own layers over the
     same cache (grouped-query heads, Qwen2's biases, Qwen3's q/k norms; under bf16 autocast too, keys and values
     cached in bf16). With the CPU kernels (prepacked weights, decode_attention) they agree to float32 rounding,
-    and under autocast to bf16 rounding (every product prepacked here, however small)."""
+    and under autocast to bf16 rounding (every product prepacked here, however small; the attention SDPA's)."""
     monkeypatch.setattr(engine_module, "PACK_MIN_FLOAT32", 0)
     monkeypatch.setattr(engine_module, "PACK_MIN_INPUTS", 0)
     model = grouped_query_model(arch)
@@ -146,7 +159,10 @@ def test_layer_cache_computes_what_the_model_layers_compute(arch, autocast, monk
     assert logits["plain"].abs().max() > 0
     assert torch.equal(logits["plain"], logits["layers"])
     diff = float((logits["kernels"] - logits["plain"]).norm() / logits["plain"].norm())
-    assert 0 < diff < (2**-8 if autocast else 1e-6), diff
+    if autocast:  # bf16 products prepacked and SDPA: bf16 rounding at most (bit-equal on machine E)
+        assert diff < 2**-8, diff
+    else:  # prepacked products and decode_attention's batched products: another float32 summation
+        assert 0 < diff < 1e-6, diff
 
 
 def test_lora_model_uses_the_layer_cache_with_its_adapters(tok):
@@ -255,11 +271,12 @@ def test_layer_cache_memory_follows_the_filled_length_not_the_budget(tok):
 def test_cpu_autocast_decodes_from_a_bf16_cache_with_bf16_products(tok):
     """Under bf16 autocast on CPU the layer cache holds bf16 keys and values (what autocast's attention reads in
     the trainer) and its prepacked products are bf16, as autocast's Linear; greedy tokens equal a full recompute
-    under the same autocast."""
+    under the same autocast up to the first tie of two logits in bf16 (with ATen and oneDNN at AVX2, the first
+    prompt's fifth token is one: 6.094 and 6.094)."""
     model = model_of(tok, "llama")
     mask = torch.ones(2, 3, dtype=torch.long)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        want = [reference_greedy(model, p, T) for p in PROMPTS]
+        want = [reference_greedy_until_a_tie(model, p, T, tie=0.0625) for p in PROMPTS]  # 2 bf16 steps at 4-8
         got = HFEngine(model, [], tok.pad_token_id).generate(PROMPTS, 2, SamplingParams(temperature=0, max_new_tokens=T))
         cache = engine_module.LayerCache(model, mask, T)
     plain = engine_module.LayerCache(model, mask, T)
@@ -269,7 +286,9 @@ def test_cpu_autocast_decodes_from_a_bf16_cache_with_bf16_products(tok):
         products = 0
     assert len(cache.packed) == products and {p[2] for p in cache.packed.values()} <= {torch.bfloat16}
     assert plain.packed == {}  # float32 weights this small multiply faster unpacked
-    assert got.completion_ids == [w for w in want for _ in range(2)]
+    assert [ids[:len(w)] for ids, w in zip(got.completion_ids, (w for w in want for _ in range(2)))] == \
+        [w for w in want for _ in range(2)]
+    assert sum(map(len, want)) >= T, want  # most tokens compared, not a vacuous prefix
 
 
 @pytest.mark.parametrize("layer_cache, max_batch", [(True, 512), (True, 3), (False, 512)])
@@ -387,9 +406,11 @@ def test_graph_cache_static_step_matches_the_layer_cache(tok, arch, autocast):
                 out.append(cache.forward(tokens[t], pos + t))
         logits[name] = torch.stack(out)
     assert cache.bucket == cache.k[0].shape[2] == L + steps  # past 128 the bucket is the capacity
-    if autocast:  # bf16 matmuls: the norm of the difference within bf16 rounding (2^-8 relative)
+    if autocast:  # bf16 products and attention: the norm of the difference within bf16 rounding (2^-7 relative:
+        # bf16 SDPA's sums over the bucket's masked columns round otherwise than over the filled ones at short
+        # lengths, 0.2-0.6% of the logits here; a wrong column or mask moves them by their own size)
         diff = (logits["graph"] - logits["layer"]).norm() / logits["layer"].norm()
-        assert diff < 2**-8, float(diff)
+        assert diff < 2**-7, float(diff)
     else:
         torch.testing.assert_close(logits["graph"], logits["layer"], atol=1e-5, rtol=1e-5)
 

@@ -14,7 +14,7 @@ settings (aha_config, trl_config: TRL's defaults that would make it slower on a 
 checkpointing among them, are set to aha's; both sample at temperature 1 with their own generation code). With
 --defaults each framework keeps its own defaults for everything but the workload (SHARED: batch, G, learning rate,
 seed; TRL then trains under bf16 autocast with gradient checkpointing and without a KL term, aha in float32 without
-one).
+one). --aha-bf16 gives aha `bf16: true` (bf16 autocast over float32 weights), the precision TRL trains in.
 
 The scripted policy, one rule on both sides, so both run the same turns: every model turn is decoded by the model
 for at most --turn-tokens tokens, its last token then replaced by the end-of-turn token (aha: FixedTurns below;
@@ -113,12 +113,19 @@ SHARED = dict(per_device_train_batch_size=vs_trl.COMPLETIONS_PER_STEP, num_gener
 """--defaults: the workload both sides get; every other setting is each framework's own default."""
 
 
+AHA_BF16 = False
+"""--aha-bf16: aha with `bf16: true` (bf16 autocast, float32 weights), the precision TRL trains in by default."""
+
+
 def aha_args(out_dir: str, steps: int, threads: int, defaults: bool):
+    import dataclasses
     from aha.config import GRPOConfig
     if not defaults:
-        return vs_trl.aha_config(out_dir, steps, 1e-5, vs_trl.SEED, threads)
-    return GRPOConfig(output_dir=out_dir, max_completion_length=vs_trl.MAX_COMPLETION_LENGTH, max_steps=steps,
-                      threads=threads, report_to=[], progress_bar=False, log_completions_steps=0, **SHARED)
+        args = vs_trl.aha_config(out_dir, steps, 1e-5, vs_trl.SEED, threads)
+    else:
+        args = GRPOConfig(output_dir=out_dir, max_completion_length=vs_trl.MAX_COMPLETION_LENGTH, max_steps=steps,
+                          threads=threads, report_to=[], progress_bar=False, log_completions_steps=0, **SHARED)
+    return dataclasses.replace(args, bf16=True) if AHA_BF16 else args
 
 
 def trl_args(out_dir: str, steps: int, defaults: bool):
@@ -229,7 +236,7 @@ def spawn(framework: str, model_dir: str, turns: int, a, tmp: Path, tag: str) ->
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", framework, "--model-dir", model_dir,
            "--steps", str(a.steps), "--turns", str(turns), "--turn-tokens", str(a.turn_tokens),
            "--budget", str(a.budget), "--threads", str(a.threads), "--result", str(result)] + (
-               ["--defaults"] if a.defaults else [])
+               ["--defaults"] if a.defaults else []) + (["--aha-bf16"] if a.aha_bf16 else [])
     proc = subprocess.run(cmd, env=env, cwd=vs_trl.ROOT, capture_output=True, text=True, timeout=a.worker_timeout)
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-8000:])
@@ -263,11 +270,15 @@ def main(argv=None) -> None:
     p.add_argument("--defaults", action="store_true",
                    help="each framework at its own defaults but the workload (SHARED), not vs_trl.py's matched "
                         "training settings (TRL's defaults: bf16 autocast, gradient checkpointing, beta 0)")
+    p.add_argument("--aha-bf16", action="store_true",
+                   help="aha with bf16: true (bf16 autocast over float32 weights), TRL's default precision")
     p.add_argument("--worker", choices=("aha", "trl"), help=argparse.SUPPRESS)
     p.add_argument("--model-dir", help=argparse.SUPPRESS)
     p.add_argument("--result", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     vs_trl.MAX_COMPLETION_LENGTH = a.budget
+    global AHA_BF16
+    AHA_BF16 = a.aha_bf16
     if a.worker:
         return worker(a)
     if a.steps < 2:
@@ -279,7 +290,8 @@ def main(argv=None) -> None:
                            "num_generations": vs_trl.NUM_GENERATIONS, "max_completion_length": a.budget,
                            "turn_tokens": a.turn_tokens, "threads": a.threads, "steps": a.steps,
                            "warmup_steps_discarded": 1, "tool": "echo (instant)",
-                           "training_settings": "each framework's defaults" if a.defaults else "vs_trl.py's matched"},
+                           "training_settings": "each framework's defaults" if a.defaults else "vs_trl.py's matched",
+                           "aha_bf16": a.aha_bf16},
               "turns": {}}
     out = Path(a.out) if Path(a.out).is_absolute() else vs_trl.ROOT / a.out
     out.parent.mkdir(parents=True, exist_ok=True)

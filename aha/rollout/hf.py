@@ -363,7 +363,9 @@ class LayerCache:
         return [k[row][:, at] for k in self.k], [v[row][:, at] for v in self.v]
 
     def repeat(self, n: int | Tensor) -> None:
-        """Row i becomes n (or n[i]) rows sharing its cache."""
+        """Row i becomes n (or n[i]) rows sharing its cache (one each: nothing to copy)."""
+        if bool((torch.as_tensor(n) == 1).all()):
+            return
         m = len(self.bias) * n if isinstance(n, int) else int(n.sum())
         self._resize(m, self.bias.shape[1], lambda x: x.repeat_interleave(n, 0))
 
@@ -422,7 +424,7 @@ class Cohorts(LayerCache):
     def admit(self, ids: Tensor, mask: Tensor, pos: Tensor, counts: Tensor, kept: list) -> Tensor:
         """A new cohort: prompts prefilled (`Prefill`: ids [p,q] at positions pos after their kept columns, mask
         [p,L]), counts[i] rows of prompt i appended to the batch. The prompts' logits [p,V]."""
-        new = LayerCache(self.lm, mask, 0, packed=self.packed)
+        new = LayerCache(self.lm, mask, CACHE_CHUNK, packed=self.packed)  # room to decode: no copy at its first step
         new.load(kept, mask.shape[1] - ids.shape[1])
         logits = new.forward(ids, pos)                                           # [p,V]
         new.repeat(counts)

@@ -854,8 +854,8 @@ def test_resume_from_python_refuses_another_environment_or_other_tools_naming_bo
 
 
 def test_resume_of_an_agent_run_is_bit_exact_and_keeps_the_runs_share_prompts(tiny_dir, tmp_path):
-    """share_prompts: auto is decided on the run's first batch (prompt tokens >= 2x completion tokens): here on at
-    step 1 (2,072 prompt tokens against 1,024), while step 3's batch alone would decide off (1,872 against 1,024)."""
+    """share_prompts: auto is decided on the run's first batch (on: its prompts repeat, G = 2) and kept in the
+    checkpoint, so the resumed run trains on with it and sends it to remote learners; the weights are bit-exact."""
     rows = [{"prompt": [{"role": "user", "content": f"Count to {t}." + " word" * (10 * t)}], "target": t}
             for t in range(2, 8)]
 

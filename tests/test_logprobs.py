@@ -126,3 +126,29 @@ def test_training_and_sampling_attention_runs_without_cudnn(share, monkeypatch):
     assert len(training) >= layers and len(prefill) == layers and not any(training + prefill)
     assert all(decode) and (decode or share)  # HFCache decodes through SDPA, LayerCache on a CPU does not
     assert torch.backends.cuda.cudnn_sdp_enabled()  # restored
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "gemma2"])
+def test_shared_prompts_work_beyond_the_llama_layout(arch):
+    """share_prompts is on by default wherever prompts repeat, so it must hold for models that keep transformers'
+    own caches: GPT-2's, and Gemma 2's with a sliding window shorter than the prompts."""
+    import transformers
+    torch.manual_seed(0)
+    model = (transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=50, n_embd=32, n_layer=2, n_head=2,
+                                                                  n_positions=64)) if arch == "gpt2" else
+             transformers.Gemma2ForCausalLM(transformers.Gemma2Config(
+                 vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                 num_key_value_heads=1, head_dim=16, sliding_window=4))).eval()  # no dropout; gradients still flow
+    prompts = [[5, 6, 7, 8, 9, 10]] * 3 + [[11, 12, 13, 14, 15]] * 3
+    comps = [[20, 21, 22], [23, 24], [25, 26, 27, 28], [20], [21, 22], [30, 31, 32, 33, 34, 35, 36]]
+    out = []
+    for share in (False, True):
+        model.zero_grad()
+        logp, mask, _ = completion_logprobs(model, prompts, comps, 0, share_prompts=share)
+        (logp * mask).sum().backward()
+        out.append((logp * mask, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}))
+    (a, ga), (b, gb) = out
+    assert a.abs().max() > 1.0  # real log-probs
+    torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+    for n in ga:
+        torch.testing.assert_close(ga[n], gb[n], rtol=1e-4, atol=1e-5)

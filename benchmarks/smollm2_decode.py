@@ -9,14 +9,14 @@ Compare two trees of aha by running it with PYTHONPATH set to each.
 import sys, time, torch
 torch.set_num_threads(1)
 from transformers import AutoModelForCausalLM, AutoTokenizer
-from aha.rollout.hf import HFEngine
+from aha.rollout.engines import get_engine
 from aha.rollout.base import SamplingParams
 path = sys.argv[1]
 tok = AutoTokenizer.from_pretrained(path)
 model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).eval()
 prompts = [tok.apply_chat_template([{"role": "user", "content": f"Write a short story about a cat number {i}. " * 6}], add_generation_prompt=True) for i in range(2)]
 prompts = [list(p["input_ids"]) if hasattr(p, "keys") else list(p) for p in prompts]
-eng = HFEngine.for_model(model, tok, eos_token_ids=[])
+eng = get_engine("hf")(model, tok, 512, eos_token_ids=[])
 p = SamplingParams(temperature=1.0, max_new_tokens=192)
 eng.generate(prompts, 8, SamplingParams(temperature=1.0, max_new_tokens=16), torch.Generator().manual_seed(0))
 for r in range(2):

@@ -283,7 +283,8 @@ def test_a_token_budget_changes_the_passes_not_the_gradient(tiny_dir, tmp_path, 
         widths.append([])
         GRPOTrainer(model=tiny_dir, reward_funcs=[digit_share], train_dataset=data,
                     args=args(tmp_path / f"budget-{budget}", max_steps=1, beta=0.04, num_iterations=2,
-                              max_tokens_per_micro_batch=budget, max_completion_length=16)).train()
+                              max_tokens_per_micro_batch=budget, max_completion_length=16,
+                              share_prompts=False)).train()  # every row's prompt in its pass (shared: the next test)
     whole, cut = grads[:2], grads[2:]
     assert max(g.abs().max().item() for g in whole[0].values()) > 1e-3
     for n in whole[0]:  # the first optimizer step: same weights, passes cut differently

@@ -1,6 +1,6 @@
-"""One decode step's attention, two ways: the batched products (`torch.bmm`, as aha.rollout.hf.decode_attention
-computes a float32 cache) against PyTorch's SDPA (what it calls for a bfloat16 cache), in float32 and bfloat16,
-over whole cache buffers with the unwritten columns masked, as the engine attends.
+"""One decode step's attention, two ways: the batched products (aha.rollout.hf.batched_attention, what
+decode_attention computes a float32 cache with) against PyTorch's SDPA (what it calls for a bfloat16 cache), in
+float32 and bfloat16, over whole cache buffers with the unwritten columns masked, as the engine attends.
 
     .venv/bin/python benchmarks/decode_attention.py --threads 1
 
@@ -10,21 +10,17 @@ call (mean of 30 after one warm-up), and each result's relative error against a 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-
-def batched_products(query, key, value, bias, scaling):
-    """softmax(q k^T * scaling + bias) v as two batched products, the softmax in float32 (decode_attention's
-    float32 path, applied here to either dtype)."""
-    m, H, _, D = query.shape
-    Hkv, S = key.shape[1], key.shape[2]
-    scores = torch.bmm(query.reshape(m * Hkv, H // Hkv, D), key.reshape(m * Hkv, S, D).transpose(1, 2)).float()
-    scores.mul_(scaling).view(m, Hkv, H // Hkv, S).add_(bias)
-    out = torch.bmm(scores.softmax(-1).to(value.dtype), value.reshape(m * Hkv, S, D))
-    return out.view(m, 1, H * D)
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+from aha.rollout.hf import batched_attention  # noqa: E402
 
 
 def sdpa(query, key, value, bias, scaling):
@@ -65,7 +61,7 @@ def main() -> None:
                 cells = []
                 for dt in (torch.float32, torch.bfloat16):
                     x = [t.to(dt) for t in (q, k, v)]
-                    for fn in (batched_products, sdpa):
+                    for fn in (batched_attention, sdpa):
                         err = float((fn(*x, bias, D ** -0.5).float() - ref).norm() / ref.norm())
                         cells.append(f"{ms(lambda: fn(*x, bias, D ** -0.5)):.3f} ({err:.0e})")
                 print(f"| {H}/{Hkv} | {m} | {S} | " + " | ".join(cells) + " |", flush=True)

@@ -80,23 +80,30 @@ LAYER_CACHE_TYPES = ("llama", "qwen2", "qwen3", "mistral")
 def decode_attention(query: Tensor, key: Tensor, value: Tensor, bias: Tensor, scaling: float) -> Tensor:
     """One query token against a contiguous cache: softmax(q k^T * scaling + bias) v, autocast off. query [m,H,1,D],
     key/value [m,Hkv,S,D] (a group of H/Hkv query heads shares one key/value head), bias [m,1,1,S]; returns
-    [m,1,H*D] in the query's dtype. A float32 cache: two batched matrix products (`torch.bmm` on 3-d views, each
-    key/value head read once for its group), the softmax in float32; on CPU they read a contiguous cache faster than
-    PyTorch's SDPA kernel for one query (benchmarks/decode_step.py). A bfloat16 cache: PyTorch's SDPA, 1.05-3.8x as
-    fast as the batched products on machine E (whose bf16 `bmm` copies the transposed keys) and nearer a float32
+    [m,1,H*D] in the query's dtype. A float32 cache: `batched_attention`. A bfloat16 cache: PyTorch's SDPA, 1.05-3.8x
+    as fast as the batched products on machine E (whose bf16 `bmm` copies the transposed keys) and nearer a float32
     reference (BENCHMARKS.md, "Decode attention in bfloat16")."""
     m, H, _, D = query.shape
-    Hkv, S = key.shape[1], key.shape[2]
     with torch.autocast(query.device.type, enabled=False):
-        if key.dtype == torch.bfloat16:
-            out = torch.nn.functional.scaled_dot_product_attention(
-                query.to(key.dtype), key, value, attn_mask=bias.to(key.dtype), scale=scaling, enable_gqa=H != Hkv)
-            return out.transpose(1, 2).reshape(m, 1, H * D).to(query.dtype)
-        q = query.reshape(m * Hkv, H // Hkv, D).to(key.dtype)                                # [m*Hkv,g,D]
-        scores = torch.bmm(q, key.reshape(m * Hkv, S, D).transpose(1, 2)).float()            # [m*Hkv,g,S]
-        scores.mul_(scaling).view(m, Hkv, H // Hkv, S).add_(bias)
-        out = torch.bmm(scores.softmax(-1).to(value.dtype), value.reshape(m * Hkv, S, D))   # [m*Hkv,g,D]
-    return out.view(m, 1, H * D).to(query.dtype)
+        if key.dtype != torch.bfloat16:
+            return batched_attention(query.to(key.dtype), key, value, bias, scaling).to(query.dtype)
+        out = torch.nn.functional.scaled_dot_product_attention(
+            query.to(key.dtype), key, value, attn_mask=bias.to(key.dtype), scale=scaling, enable_gqa=H != key.shape[1])
+    return out.transpose(1, 2).reshape(m, 1, H * D).to(query.dtype)
+
+
+def batched_attention(query: Tensor, key: Tensor, value: Tensor, bias: Tensor, scaling: float) -> Tensor:
+    """`decode_attention` as two batched matrix products in the cache's dtype, the softmax in float32 (`torch.bmm` on
+    3-d views, as `matmul` would call it, without matmul's own reshaping; each key/value head read once for its
+    group): on CPU they read a contiguous float32 cache faster than PyTorch's SDPA kernel for one query
+    (benchmarks/decode_step.py, benchmarks/decode_attention.py). Returns [m,1,H*D] in the cache's dtype."""
+    m, H, _, D = query.shape
+    Hkv, S = key.shape[1], key.shape[2]
+    q = query.reshape(m * Hkv, H // Hkv, D)                                              # [m*Hkv,g,D]
+    scores = torch.bmm(q, key.reshape(m * Hkv, S, D).transpose(1, 2)).float()            # [m*Hkv,g,S]
+    scores.mul_(scaling).view(m, Hkv, H // Hkv, S).add_(bias)
+    out = torch.bmm(scores.softmax(-1).to(value.dtype), value.reshape(m * Hkv, S, D))   # [m*Hkv,g,D]
+    return out.view(m, 1, H * D)
 
 
 def onednn_bf16() -> bool:

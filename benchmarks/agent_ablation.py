@@ -27,9 +27,11 @@ ARMS = {
     "variance_filter": ['grpo_config={"keep_groups_by_std": 0.5}'],
     "dynamic_sampling": ['grpo_config={"dynamic_sampling": true}'],
     "steps120": ["grpo_steps=120"],
+    "sft100": ["sft_steps=100", "sft_check_every=100"],
 }
 """Arm name -> its `aha demo agent` settings beyond the demo's own (balanced: the demo as it ships; grpo_config lays
-GRPOConfig settings over the demo's)."""
+GRPOConfig settings over the demo's; sft100 changes the cold start, 100 SFT steps whatever the dev success, so it
+runs first in its own --arms list and builds its own)."""
 
 
 def command(seed: int, arm: str, out: Path, first: str, threads: int) -> list[str]:

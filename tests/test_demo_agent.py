@@ -35,6 +35,27 @@ def test_teaching_a_model_to_copy_takes_its_loss_below_guessing(tmp_path):
     assert (model_dir / "model.safetensors").read_bytes() != before
 
 
+def test_the_list_warm_up_writes_back_the_chosen_items_in_order_then_the_end():
+    """Hand-checked: the wrapper around each item of the chosen tag (7), in the list's order, then the end (9)."""
+    items = [([10, 11], 7), ([12], 8), ([13], 7), ([14, 15], 8)]
+    assert agent.written_list([1, 2], [3], 7, 9, items) == [1, 2, 10, 11, 3, 1, 2, 13, 3, 9]
+    assert agent.written_list([1, 2], [3], 7, 9, [([12], 8)]) == [9]
+
+
+def test_a_list_row_trains_only_on_what_its_read_part_determines():
+    """The loss covers the written tail only, every written token was read before, and the rows cover lists that
+    write nothing up to lists that write four or five items."""
+    import random
+    rng, vocab, counts = random.Random(3), list(range(5, 50_000)), set()
+    for _ in range(300):
+        ids, mask = agent.list_rows(rng, vocab)
+        cut = mask.index(True)
+        assert all(mask[cut:]) and not any(mask[:cut])
+        assert set(ids[cut:]) <= set(ids[:cut])
+        counts.add(ids[cut:].count(ids[0]))  # the opening's first token starts each written item
+    assert {0, 1, 2, 3} <= counts and max(counts) >= 4
+
+
 def test_the_agent_demo_writes_its_summary_table_and_models(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(agent, "COPY_STEPS", 3)
     out = tmp_path / "demo_agent"

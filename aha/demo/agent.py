@@ -1,8 +1,9 @@
 """`aha demo agent`: a tiny model learns to use a virtual filesystem's tools (aha.envs.filesystem).
 
-build a model in code (its tokenizer fitted on the demonstrations) -> teach it to copy (random token strings
-written twice, COPY_STEPS steps: a model pretrained on text can already copy what it reads, a model built in code
-cannot, and every task needs it: names from the instruction, paths from a listing) -> cold-start SFT on
+build a model in code (its tokenizer fitted on the demonstrations) -> teach it to copy (COPY_STEPS steps on random
+tokens: strings written twice, and lists written back item by item: a model pretrained on text can already copy what
+it reads, a model built in code cannot, and every task needs it: names from the instruction, each path of a
+listing in turn) -> cold-start SFT on
 demonstrations (whole tool-calling conversations rendered by aha's tool template) until greedy success on dev
 tasks reaches sft_target
 -> GRPO from that model with TRL's contract (environment_factory=FilesystemEnv, whose get_reward is the reward:
@@ -42,9 +43,11 @@ BUDGET_MARGIN = 1.25
 VOCAB = 1024
 """The tiny tokenizer's vocabulary: merges enough to write the tool schemas in the prompt in few tokens."""
 COPY_STEPS = 1000
-"""Steps of the copying warm-up (64 strings of 4-24 random tokens a step, about 3 minutes on one thread). Without
-it the cold start learns the calls' format but not to copy names: greedy dev success stayed at 0-4% over 300 SFT
-steps; with it, 40% at step 150 (seed 0, small model)."""
+"""Steps of the copying warm-up (64 rows a step, repeats and lists in turn; 3-5 minutes on one thread). Without it
+the cold start learns the calls' format but not to copy names: greedy dev success stayed at 0-4% over 300 SFT
+steps; with repeats only, 40% at step 150 (seed 0, small model), 4-9% at step 50 and 47-53% at 100 (seeds 1, 2);
+with lists as well, 59-60% at step 50 (seeds 1, 2), and held-out create tasks of three lines 55-79% where they
+were 3-7% (BENCHMARKS.md, "Where greedy success stops")."""
 
 
 def demonstration(chat, schemas: list, row: dict) -> dict:
@@ -116,7 +119,11 @@ def build_model(cfg: DemoConfig, out: Path, rows: list[dict]) -> tuple[Path, lis
     from ..models.tiny import make_tiny
     demos = demonstrations(rows)
     base = make_tiny(out / "base", demo_texts(demos), size=cfg.size, seed=cfg.seed, vocab_size=VOCAB)
-    teach_copying(base, COPY_STEPS, cfg.seed)
+    losses = teach_copying(base, COPY_STEPS, cfg.seed)
+    tail = range(max(len(losses) - 100, 0), len(losses))                         # even steps repeat, odd ones list
+    repeats, lists = ([losses[i] for i in tail if i % 2 == kind] or [float("nan")] for kind in (0, 1))
+    print(f"copying warm-up: {len(losses)} steps; mean loss over the last 100, repeats "
+          f"{sum(repeats) / len(repeats):.3f}, lists {sum(lists) / len(lists):.3f}")
     return base, demos
 
 
@@ -145,9 +152,11 @@ def episode_tokens(tokenizer, demo: dict) -> int:
 
 
 def teach_copying(model_dir: Path, steps: int, seed: int, batch: int = 64, lr: float = 1e-3) -> list[float]:
-    """Train the model in `model_dir` (in place) to repeat what it read: each sequence is a string of 4-24 tokens
-    drawn uniformly from the vocabulary (special tokens aside) followed by the same string, with the loss on the
-    repeat. The per-step losses."""
+    """Train the model in `model_dir` (in place) to copy what it read, on random tokens drawn uniformly from the
+    vocabulary (special tokens aside), so that only copying predicts them; steps alternate two kinds (`copy_rows`,
+    `list_rows`): a string repeated right after itself, and a list written back item by item, each item wrapped
+    alike (as a tool call wraps each path of a listing), only the items of a chosen tag, then an end marker. The
+    per-step losses (on what copying predicts)."""
     import random
 
     import torch
@@ -158,18 +167,49 @@ def teach_copying(model_dir: Path, steps: int, seed: int, batch: int = 64, lr: f
     rng, opt, losses = random.Random(f"copy-{seed}"), torch.optim.AdamW(model.parameters(), lr=lr), []
     device = next(model.parameters()).device
     model.train()
-    for _ in range(steps):
-        n = rng.randint(4, 24)
-        head = torch.tensor([rng.choices(vocab, k=n) for _ in range(batch)], device=device)
-        ids = torch.cat([head, head], 1)
-        logits = model(input_ids=ids).logits[:, n - 1:-1]                             # predicts the repeat
-        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), ids[:, n:].flatten())
+    for step in range(steps):
+        rows = [(list_rows if step % 2 else copy_rows)(rng, vocab) for _ in range(batch)]
+        width = max(len(ids) for ids, _ in rows)
+        ids = torch.tensor([i + [i[0]] * (width - len(i)) for i, _ in rows], device=device)
+        target = torch.tensor([[t if m else -100 for t, m in zip(i, ms)] + [-100] * (width - len(i))
+                               for i, ms in rows], device=device)
+        logits = model(input_ids=ids).logits[:, :-1]
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), target[:, 1:].flatten())
         opt.zero_grad()
         loss.backward()
         opt.step()
         losses.append(float(loss.detach()))
     model.save_pretrained(model_dir)
     return losses
+
+
+def copy_rows(rng, vocab: list[int]) -> tuple[list[int], list[bool]]:
+    """A string of 4-24 tokens followed by itself; the loss on the repeat."""
+    head = rng.choices(vocab, k=rng.randint(4, 24))
+    return head + head, [False] * len(head) + [True] * len(head)
+
+
+def list_rows(rng, vocab: list[int]) -> tuple[list[int], list[bool]]:
+    """A header (a wrapper's opening and closing, a chosen tag, an end marker), random filler, a list of 1-5 items
+    (1-6 tokens and a tag each, one a line), filler again; then `written_list`. Every written token follows from
+    what was read (the loss is on them, not on the filler); the items all bear the chosen tag a third of the time,
+    each at random otherwise."""
+    opening, closing = rng.choices(vocab, k=rng.randint(2, 6)), rng.choices(vocab, k=rng.randint(1, 4))
+    chosen, other, line, end = rng.sample(vocab, 4)
+    every = rng.random() < 1 / 3
+    items = [(rng.choices(vocab, k=rng.randint(1, 6)), chosen if every or rng.random() < 0.5 else other)
+             for _ in range(rng.randint(1, 5))]
+    read = opening + closing + [chosen, end] + rng.choices(vocab, k=rng.randint(0, 20))
+    for item, tag in items:
+        read += item + [tag, line]
+    read += rng.choices(vocab, k=rng.randint(0, 20))
+    written = written_list(opening, closing, chosen, end, items)
+    return read + written, [False] * len(read) + [True] * len(written)
+
+
+def written_list(opening: list[int], closing: list[int], chosen: int, end: int, items: list) -> list[int]:
+    """Each (item, tag) of the chosen tag, in order, between opening and closing; then the end marker."""
+    return [t for item, tag in items if tag == chosen for t in opening + item + closing] + [end]
 
 
 def cold_start(cfg: DemoConfig, out: Path, base: Path, demos: list[dict], dev: list[dict]) -> tuple[Path, int]:

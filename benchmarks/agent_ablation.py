@@ -27,11 +27,12 @@ ARMS = {
     "variance_filter": ['grpo_config={"keep_groups_by_std": 0.5}'],
     "dynamic_sampling": ['grpo_config={"dynamic_sampling": true}'],
     "steps120": ["grpo_steps=120"],
-    "sft100": ["sft_steps=100", "sft_check_every=100"],
+    "until30": ["sft_steps=1000", "sft_check_every=50", "sft_target=0.3"],
 }
 """Arm name -> its `aha demo agent` settings beyond the demo's own (balanced: the demo as it ships; grpo_config lays
-GRPOConfig settings over the demo's; sft100 changes the cold start, 100 SFT steps whatever the dev success, so it
-runs first in its own --arms list and builds its own)."""
+GRPOConfig settings over the demo's; until30 changes the cold start, SFT until dev success reaches 30% checked every
+50 steps, as the demo did before its 100-step cold start, so it runs first in its own --arms list and builds its
+own)."""
 
 
 def command(seed: int, arm: str, out: Path, first: str, threads: int) -> list[str]:

@@ -49,8 +49,8 @@ COPY_STEPS = 1000
 """Steps of the copying warm-up (64 rows a step, repeats and lists in turn; 3-5 minutes on one thread). Without it
 the cold start learns the calls' format but not to copy names: greedy dev success stayed at 0-4% over 300 SFT
 steps; with repeats only, 40% at step 150 (seed 0, small model), 4-9% at step 50 and 47-53% at 100 (seeds 1, 2);
-with lists as well, 59-60% at step 50 (seeds 1, 2), and held-out create tasks of three lines 55-79% where they
-were 3-7% (BENCHMARKS.md, "Where greedy success stops")."""
+with lists as well, 46-60% at step 50 (seeds 0-3), and held-out create tasks of three lines 55-79% where they
+were 3-7% (BENCHMARKS.md, "The agent demo's cold start learns lists")."""
 
 
 def demonstration(chat, schemas: list, row: dict) -> dict:

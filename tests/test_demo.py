@@ -165,7 +165,7 @@ def test_the_agent_demo_uses_two_threads_unless_told_and_the_others_one():
         return configured(given(**kwargs))
     assert DemoConfig(variant="agent").threads == 2 and DemoConfig(variant="agent", threads=1).threads == 1
     assert DemoConfig().threads == DemoConfig(variant="aha").threads == DemoConfig(variant="process").threads == 1
-    assert DemoConfig(variant="agent").sft_target == 0.3
+    assert (DemoConfig(variant="agent").sft_steps, DemoConfig(variant="agent").sft_check_every) == (100, 100)
     assert DemoConfig(variant="agent", sft_target=0.25).sft_target == 0.25
     with pytest.raises(ConfigError, match="threads must be >= 1"):
         DemoConfig(threads=0)

@@ -123,10 +123,9 @@ def build_model(cfg: DemoConfig, out: Path, rows: list[dict]) -> tuple[Path, lis
     demos = demonstrations(rows)
     base = make_tiny(out / "base", demo_texts(demos), size=cfg.size, seed=cfg.seed, vocab_size=VOCAB)
     losses = teach_copying(base, COPY_STEPS, cfg.seed)
-    tail = range(max(len(losses) - 100, 0), len(losses))                         # even steps repeat, odd ones list
-    repeats, lists = ([losses[i] for i in tail if i % 2 == kind] or [float("nan")] for kind in (0, 1))
-    print(f"copying warm-up: {len(losses)} steps; mean loss over the last 100, repeats "
-          f"{sum(repeats) / len(repeats):.3f}, lists {sum(lists) / len(lists):.3f}")
+    last = {"repeats": losses[0::2][-50:], "lists": losses[1::2][-50:]}          # even steps repeat, odd ones list
+    print(f"copying warm-up: {len(losses)} steps; mean loss over each kind's last 50, "
+          + ", ".join(f"{kind} {sum(v) / len(v):.3f}" for kind, v in last.items() if v))
     return base, demos
 
 

@@ -26,6 +26,7 @@ ARMS = {
     "gigpo": ['grpo_config={"advantage_estimator": "gigpo"}'],
     "variance_filter": ['grpo_config={"keep_groups_by_std": 0.5}'],
     "dynamic_sampling": ['grpo_config={"dynamic_sampling": true}'],
+    "progress": ['grpo_config={"reward_funcs": ["progress"], "reward_weights": [1.0]}'],
     "steps120": ["grpo_steps=120"],
     "until30": ["sft_steps=1000", "sft_check_every=50", "sft_target=0.3"],
 }

@@ -48,6 +48,28 @@ def test_every_task_is_solved_by_its_solution_and_not_by_doing_nothing():
     assert FilesystemEnv().reset().startswith(("Move", "Delete", "Create", "Rename", "Copy", "Make"))  # self-sampling
 
 
+def test_filesystem_progress_is_the_jaccard_index_of_the_changes_needed_and_made():
+    start = {"files": {"tmp/a.log": "x", "tmp/b.log": "y", "tmp/c.txt": "z"}, "dirs": []}
+    env = FilesystemEnv()
+    env.reset(fs={"instruction": "", "start": start, "goal": {"files": {"tmp/c.txt": "z"}, "dirs": ["tmp"]}})
+    assert env.progress() == 0.0                          # need {a.log, b.log}, made nothing
+    env.delete("tmp/a.log")
+    assert env.progress() == 0.5                          # 1 of the 2 needed, nothing else
+    env.delete("tmp/c.txt")
+    assert env.progress() == pytest.approx(1 / 3)         # made {a.log, c.txt}: 1 shared of 3 in all
+    env.write_file("tmp/c.txt", "z")
+    env.delete("tmp/b.log")
+    assert env.progress() == 1.0 and env.get_reward() == 1.0
+    env.mkdir("new")
+    assert env.progress() == pytest.approx(2 / 3) and env.get_reward() == 0.0   # an extra folder counts against
+    for row in fs_tasks("train", 60, seed=2):             # on every family: 0 at the start, 1 when solved
+        env.reset(**row)
+        assert env.progress() == 0.0
+        for name, args, _ in row["solution"]:
+            getattr(env, name)(**args)
+        assert env.progress() == 1.0
+
+
 def test_splits_are_disjoint_by_hash_and_the_same_on_every_call():
     for make in (fs_tasks, calc_tasks, python_tasks):
         train, test = make("train", 200, 0), make("test", 30, 0)

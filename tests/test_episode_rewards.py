@@ -6,7 +6,8 @@ import pytest
 
 from aha import GRPOConfig, GRPOTrainer
 from aha.rewards import get_reward
-from aha.rewards.episode import CutAsFailure, EndedReward, ToolEfficiency, ToolErrorPenalty, otc_factor
+from aha.rewards.episode import (CutAsFailure, EndedReward, ProgressReward, ToolEfficiency, ToolErrorPenalty,
+                                 otc_factor)
 
 
 def ep(finish="stop", calls=0, **outcomes):
@@ -97,6 +98,21 @@ def test_an_environment_retired_during_its_episode_gives_no_success():
     episodes = [ep("length"), {**ep("length"), "environment_retired": True}]
     # the second environment's call ran past tool_timeout: its get_reward is not read (None), however it reads now
     assert CutAsFailure()(None, [[]] * 2, episodes=episodes, environments=[Env(1.0), Env(1.0)]) == [-1.0, None]
+
+
+def test_progress_reads_each_environments_progress_and_names_one_without_it():
+    class Partial(Env):
+        def progress(self):
+            return self.reward
+
+    episodes = [ep(), ep("length"), {**ep(), "environment_retired": True}]
+    got = get_reward("progress")(None, [[]] * 3, episodes=episodes,
+                                 environments=[Partial(0.25), Partial(1), Partial(0.5)])
+    assert got == [0.25, 1.0, None]                       # the retired environment is not read
+    with pytest.raises(ValueError, match="Env has none"):
+        ProgressReward()(None, [[]], episodes=[ep()], environments=[Env(1.0)])
+    with pytest.raises(ValueError, match="environment_factory"):
+        ProgressReward()(None, [[]], episodes=[ep()])
 
 
 def test_an_episode_reward_without_episodes_names_itself():

@@ -245,7 +245,7 @@ def grpo_args(cfg: DemoConfig, out: Path):
 
 def train_grpo(cfg: DemoConfig, out: Path, sft_dir: Path, train: list[dict], during: list[dict]) -> Path:
     """GRPO with TRL's environment contract: FilesystemEnv's get_reward is the reward, beside any reward_funcs
-    grpo_config names (aha.rewards: episode_ended, tool_errors, tool_efficiency, cut_as_failure, ...)."""
+    grpo_config names (aha.rewards: episode_ended, tool_errors, tool_efficiency, cut_as_failure, progress, ...)."""
     from .. import GRPOTrainer
     from ..envs.filesystem import FilesystemEnv
     args = grpo_args(cfg, out)

@@ -5,7 +5,10 @@ final tree equals the reference tree.
            | rename a file | copy a file | make a folder (paths and text in quotes, written as the calls write them)
     tools: list_dir, read_file, write_file, mkdir, move, delete
     reward: get_reward() = 1.0 when the tree after the episode equals the reference (files with their contents,
-            and folders), else 0.0. No partial credit.
+            and folders), else 0.0. progress() is partial credit, for the `progress` reward (aha.rewards): the
+            Jaccard index of the changes the task needs and the changes the episode made,
+            |need & made| / |need | made|, each change a file (path and text) or folder that one tree holds and
+            the other not; 1.0 exactly when the tree equals the reference, a wrong change counts against it.
 
 A task row carries its prompt (chat messages) and the task itself (`fs`: the starting tree and the reference);
 `reset(fs=...)` builds that tree, so the G episodes of a group start from the same state. Without a task column
@@ -111,11 +114,17 @@ class FilesystemEnv:
         drawn = fs is None
         if drawn:  # self-sampling: a train task of a family drawn at random
             fs = make_tasks("train", 1, random.randrange(2**31), (random.choice(list(FAMILIES)),))[0]["fs"]
-        self.tree, self.goal = FileTree(**fs["start"]), FileTree(**fs["goal"])
+        self.start, self.tree, self.goal = FileTree(**fs["start"]), FileTree(**fs["start"]), FileTree(**fs["goal"])
         return fs["instruction"] if drawn else None
 
     def get_reward(self) -> float:
         return float(self.tree.state() == self.goal.state())
+
+    def progress(self) -> float:
+        """Partial credit (the module doc): |need & made| / |need | made| over the changes from the starting tree
+        to the reference (need) and to the tree now (made); 1.0 where neither changes anything."""
+        need, made = changes(self.start, self.goal), changes(self.start, self.tree)
+        return len(need & made) / len(need | made) if need | made else 1.0
 
     def state_key(self) -> tuple:
         """The tree (gigpo's anchor states: with what the episode has read, so a tree before a list_dir is another
@@ -238,6 +247,11 @@ class FilesystemEnv:
             del self.tree.files[p]
         self.tree.dirs -= {d for d in self.tree.dirs if d == path or d.startswith(path + "/")}
         return "ok"
+
+
+def changes(a: FileTree, b: FileTree) -> set:
+    """What one tree holds and the other not: files as (path, text), folders as paths."""
+    return set(a.files.items()) ^ set(b.files.items()) | set(a.dirs) ^ set(b.dirs)
 
 
 # ------------------------------------------------------------------ tasks

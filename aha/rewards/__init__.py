@@ -13,7 +13,7 @@ from .calculator_steps import CalculatorStepsReward
 from .code_tests import CodeReward, code_reward, extract_program, parse_tests
 from .countdown import CountdownReward, countdown_reward, countdown_value
 from .countdown import CountdownStepsReward
-from .episode import CutAsFailure, EndedReward, ToolEfficiency, ToolErrorPenalty
+from .episode import CutAsFailure, EndedReward, ProgressReward, ToolEfficiency, ToolErrorPenalty
 from .format import FormatGated, FormatReward, format_ok, format_reward
 from .language import LanguageConsistencyReward, language_consistency_reward
 from .length import LengthPenalty, SoftOverlongReward, length_penalty_reward, soft_overlong_reward
@@ -37,6 +37,7 @@ REWARDS: dict[str, type | Callable] = {
     "tool_errors": ToolErrorPenalty,
     "tool_efficiency": ToolEfficiency,
     "cut_as_failure": CutAsFailure,
+    "progress": ProgressReward,
 }
 
 

@@ -14,6 +14,8 @@ episode (`environment_retired`: a call ran past tool_timeout) is not read.
     tool_efficiency    OTC-GRPO's tool factor (arXiv 2504.14870) on successful episodes, 0 on the others
     cut_as_failure     -s on an episode that did not end by itself, 0 otherwise: beside a success reward s of the
                        same weight, a cut episode totals 0, a failure however right its final state
+    progress           the environment's partial credit, its progress() in [0, 1] (aha.envs.filesystem: the Jaccard
+                       index of the changes needed and made), so a group whose episodes all fail still has a spread
 """
 from __future__ import annotations
 
@@ -200,3 +202,34 @@ class CutAsFailure(Reward):
         episodes = episode_records(self.name, kwargs)
         values = success_values(self.success, prompts, completions, kwargs)
         return [None if math.isnan(s) else 0.0 - s * (e["finish"] in self.finishes) for s, e in zip(values, episodes)]
+
+
+class ProgressReward(Reward):
+    """Each episode environment's `progress()`: partial credit, in [0, 1], as the environment defines it (for
+    aha.envs.filesystem, |need & made| / |need | made| over the changes the task needs and those the episode made).
+    Beside the 0/1 success reward, it lets GRPO tell a run that did two of three moves from one that did none. An
+    environment without progress() is an error naming it; a retired one (a call ran past tool_timeout) gives None.
+
+    >>> class Env:
+    ...     def __init__(self, p): self.p = p
+    ...     def progress(self): return self.p
+    >>> ProgressReward()(None, [[], []], environments=[Env(0.5), Env(1)], episodes=[{}, {}])
+    [0.5, 1.0]
+    """
+
+    name = "progress"
+
+    def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float | None]:
+        episodes, given = episode_records(self.name, kwargs), kwargs.get("environments")
+        if not given:
+            raise ValueError("reward 'progress' reads each episode's environment; this batch has none "
+                             "(train with environment_factory=)")
+        lacking = {type(e).__name__ for e in given if not callable(getattr(e, "progress", None))}
+        if lacking:
+            raise ValueError(f"reward 'progress' reads each environment's progress(); {', '.join(sorted(lacking))} "
+                             "has none")
+        values = awaited([None if e is None else e.progress() for e in usable_environments(given, episodes)])
+        for v in values:
+            if isinstance(v, BaseException):
+                raise v
+        return [None if v is None else float(v) for v in values]

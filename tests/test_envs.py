@@ -68,6 +68,8 @@ def test_filesystem_progress_is_the_jaccard_index_of_the_changes_needed_and_made
         for name, args, _ in row["solution"]:
             getattr(env, name)(**args)
         assert env.progress() == 1.0
+    tools = [s["function"]["name"] for s in Agent(environment_factory=FilesystemEnv).schemas[None]]
+    assert tools == ["delete", "list_dir", "mkdir", "move", "read_file", "write_file"]   # progress is no tool
 
 
 def test_splits_are_disjoint_by_hash_and_the_same_on_every_call():

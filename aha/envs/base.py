@@ -14,7 +14,8 @@
   ran: it is a reward function named after the class, weight 1 (`reward_weights` weigh the `reward_funcs` only),
   summed with them. An optional `state_key()` (aha's) names the state the environment is in, read before each model
   turn, bounded by `tool_timeout` as a tool call: `advantage_estimator: gigpo` groups the turns that act from one
-  state (with what each episode has read).
+  state (with what each episode has read). An optional `progress()` (aha's) is partial credit for the `progress`
+  reward (aha.rewards.episode). None of these four is a tool.
 - An environment one of whose calls ran past `tool_timeout` may still be changed by that call's thread: it is taken
   out of the pool (a fresh one is built from the factory when an episode next needs one) and counted
   (`tools/environments_replaced`); the rest of its episode gets an error message for each call to its methods, its
@@ -33,14 +34,14 @@ from ..rewards.deadline import RewardTimeout
 from ..rewards.episode import usable_environments
 from .tools import Toolbox, check_unique, guarded, tool_schema
 
-RESERVED = ("reset", "get_reward", "state_key")
+RESERVED = ("reset", "get_reward", "state_key", "progress")
 """Environment methods that are not tools."""
 PLACEHOLDER_PROMPT = [{"role": "user", "content": ""}]
 """The prompt of a row without one (an environment that owns its data writes it in `reset`), as TRL's."""
 
 
 def methods(env) -> list[Callable]:
-    """An environment's tools: its public methods but reset and get_reward, in name order (as inspect lists them)."""
+    """An environment's tools: its public methods but the RESERVED ones, in name order (as inspect lists them)."""
     return [m for name, m in inspect.getmembers(env, predicate=inspect.ismethod)
             if name not in RESERVED and not name.startswith("_")]
 

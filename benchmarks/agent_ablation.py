@@ -21,6 +21,7 @@ from pathlib import Path
 
 ARMS = {
     "balanced": [],
+    "before": ["grpo_families=[move_txt, delete_logs, create, rename]"],
     "episode_rewards": ['grpo_config={"reward_funcs": ["cut_as_failure", "tool_errors"], "reward_weights": [1.0, 0.2]}'],
     "cut_t07": ['grpo_config={"reward_funcs": ["cut_as_failure"], "temperature": 0.7}'],
     "gigpo": ['grpo_config={"advantage_estimator": "gigpo"}'],
@@ -30,7 +31,8 @@ ARMS = {
     "steps120": ["grpo_steps=120"],
     "until30": ["sft_steps=1000", "sft_check_every=50", "sft_target=0.3"],
 }
-"""Arm name -> its `aha demo agent` settings beyond the demo's own (balanced: the demo as it ships; grpo_config lays
+"""Arm name -> its `aha demo agent` settings beyond the demo's own (balanced: the demo as it ships; before: GRPO's
+pool without copy and mkdir tasks, as the demo's was before every family reached GRPO; grpo_config lays
 GRPOConfig settings over the demo's; until30 changes the cold start, SFT until dev success reaches 30% checked every
 50 steps, as the demo did before its 100-step cold start, so it runs first in its own --arms list and builds its
 own)."""

@@ -1,8 +1,11 @@
 """`aha demo agent` end to end at toy scale: the cold start on demonstrations, GRPO with the filesystem environment,
 and the held-out task success before and after."""
 
+import dataclasses
 import json
 import math
+
+import pytest
 
 from aha.cli import _config, main
 from aha.config import DemoConfig
@@ -151,6 +154,16 @@ def test_every_split_of_the_demo_holds_every_family_of_the_test_and_their_counts
         assert set(counts) == test_families and max(counts.values()) - min(counts.values()) <= 1
         assert f"{name} tasks by family: " + ", ".join(f"{f} {k}" for f, k in counts.items()) in printed
     assert len({r["id"] for s in splits[:3] for r in s}) == sum(map(len, splits[:3]))  # no task twice
+
+
+def test_grpo_families_keeps_only_those_families_in_grpos_pool_and_names_an_unknown_one(capsys):
+    """The ablation arm of the pool the demo had before (no copy or mkdir task in GRPO's)."""
+    cfg = demo_config(variant="agent", seed=3, sft_examples=60, eval_problems=12)
+    sft, dev, grpo, test = agent.tasks(dataclasses.replace(cfg, grpo_families=["move_txt", "rename"]))
+    assert set(agent.family_counts(grpo)) == {"move_txt", "rename"} and len(grpo) == 2 * agent.GRPO_TASKS // 6
+    assert set(agent.family_counts(sft)) == set(agent.family_counts(test)) == set(FAMILIES)   # the rest untouched
+    with pytest.raises(ValueError, match=r"grpo_families: unknown \['mkdirs'\]"):
+        agent.tasks(dataclasses.replace(cfg, grpo_families=["mkdir", "mkdirs"]))
 
 
 def test_reward_funcs_named_in_grpo_config_reach_the_demos_trainer(tmp_path, monkeypatch):

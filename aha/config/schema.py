@@ -897,6 +897,9 @@ class DemoConfig:
     """agent: weight of GRPO's KL penalty to the cold start (GRPOConfig.beta: 0.04 is DeepSeekMath's; 0, TRL's
     default, keeps no reference model). On seeds 0-2, 0 gave gains of -5.0, +14.5, -0.5 points and 0.04 gave
     +0.5, +13.5, +7.5 (BENCHMARKS.md, Agents)."""
+    grpo_families: list = field(default_factory=list)
+    """agent: the task families GRPO's prompts are drawn from (empty: every family; `[move_txt, delete_logs, create,
+    rename]` is the pool the demo had before every family reached GRPO, an ablation arm)."""
     grpo_config: dict = field(default_factory=dict)
     """agent: GRPOConfig settings laid over the demo's own, as a YAML mapping, e.g.
     `grpo_config='{balance_by: family, advantage_estimator: gigpo}'` (a name GRPOConfig lacks is an error)."""

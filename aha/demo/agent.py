@@ -98,11 +98,16 @@ def run(cfg: DemoConfig) -> dict:
 
 def tasks(cfg: DemoConfig) -> tuple[list[dict], list[dict], list[dict], list[dict]]:
     """The seed's tasks: the SFT demonstrations', the dev tasks that end the cold start, GRPO's (train split, none
-    of them shared with SFT or dev), and the held-out test tasks; each split's tasks by family are printed."""
-    from ..envs.filesystem import make_tasks
+    of them shared with SFT or dev; only grpo_families' where it names some), and the held-out test tasks; each
+    split's tasks by family are printed."""
+    from ..envs.filesystem import FAMILIES, make_tasks
+    unknown = set(cfg.grpo_families) - set(FAMILIES)
+    if unknown:
+        raise ValueError(f"grpo_families: unknown {sorted(unknown)}; the families are {', '.join(FAMILIES)}")
     n = cfg.sft_examples
     train = make_tasks("train", n + DEV_TASKS + GRPO_TASKS, cfg.seed)
-    splits = {"sft": train[:n], "dev": train[n:n + DEV_TASKS], "grpo": train[n + DEV_TASKS:],
+    splits = {"sft": train[:n], "dev": train[n:n + DEV_TASKS],
+              "grpo": [r for r in train[n + DEV_TASKS:] if r["family"] in (cfg.grpo_families or FAMILIES)],
               "test": make_tasks("test", cfg.eval_problems, cfg.seed)}
     for name, rows in splits.items():
         print(f"{name} tasks by family: " + ", ".join(f"{f} {k}" for f, k in family_counts(rows).items()))

@@ -40,8 +40,8 @@ VARIANTS: dict[str, Variant] = {
     "aha": Variant("aha_moment", "the aha moment: a task where checking pays, reflection before and after GRPO",
                    fields=("reflect_share", "check_carries", "wait_reward", "sft_model", "held_out_samples")),
     "agent": Variant("agent", "an agent: a tiny model learns a virtual filesystem's tools, task success before/after",
-                     fields=("grpo_temperature", "grpo_mask_truncated", "grpo_beta", "grpo_families", "grpo_config", "sft_model",
-                             "held_out_samples")),
+                     fields=("grpo_temperature", "grpo_mask_truncated", "grpo_beta", "grpo_families", "grpo_config",
+                             "sft_model", "held_out_samples")),
     "process": Variant("process", "process rewards: the embedded default with credit by step (or outcome, or a PRM)",
                        fields=("credit", "sft_model", "prm_model")),
 }

@@ -8,7 +8,9 @@ final tree equals the reference tree.
             and folders), else 0.0. progress() is partial credit, for the `progress` reward (aha.rewards): the
             Jaccard index of the changes the task needs and the changes the episode made,
             |need & made| / |need | made|, each change a file (path and text) or folder that one tree holds and
-            the other not; 1.0 exactly when the tree equals the reference, a wrong change counts against it.
+            the other not; 1.0 exactly when the tree equals the reference, a wrong change counts against it. A
+            shortcut can still score: deleting the folder of a "delete every .log" task that holds two .log files
+            and nothing else scores 2/3, above one of the two deleted (1/2); GRPO on the agent demo found it.
 
 A task row carries its prompt (chat messages) and the task itself (`fs`: the starting tree and the reference);
 `reset(fs=...)` builds that tree, so the G episodes of a group start from the same state. Without a task column

@@ -116,7 +116,7 @@ class FilesystemEnv:
         drawn = fs is None
         if drawn:  # self-sampling: a train task of a family drawn at random
             fs = make_tasks("train", 1, random.randrange(2**31), (random.choice(list(FAMILIES)),))[0]["fs"]
-        self.start, self.tree, self.goal = FileTree(**fs["start"]), FileTree(**fs["start"]), FileTree(**fs["goal"])
+        self.tree, self.goal, self._start = FileTree(**fs["start"]), FileTree(**fs["goal"]), fs["start"]
         return fs["instruction"] if drawn else None
 
     def get_reward(self) -> float:
@@ -125,7 +125,8 @@ class FilesystemEnv:
     def progress(self) -> float:
         """Partial credit (the module doc): |need & made| / |need | made| over the changes from the starting tree
         to the reference (need) and to the tree now (made); 1.0 where neither changes anything."""
-        need, made = changes(self.start, self.goal), changes(self.start, self.tree)
+        start = FileTree(**self._start)                   # built here, not in every reset: only progress reads it
+        need, made = changes(start, self.goal), changes(start, self.tree)
         return len(need & made) / len(need | made) if need | made else 1.0
 
     def state_key(self) -> tuple:

@@ -38,6 +38,27 @@ def test_teaching_a_model_to_copy_takes_its_loss_below_guessing(tmp_path):
     assert (model_dir / "model.safetensors").read_bytes() != before
 
 
+def test_the_warm_up_goes_on_until_copying_is_learned_and_stops_at_its_limit(tmp_path):
+    """Past its `steps`, the warm-up runs until the mean repeat loss of its last 50 repeat steps reaches `target`
+    (a fixed count stopped seed 6 before copying was learned), and never past `most`."""
+    texts = ["abc def ghi jkl mno pqr stu vwx yz"] * 4
+    model_dir = make_tiny(tmp_path / "m", texts, size="tiny", vocab_size=300)
+    tok = load_tokenizer(str(model_dir))
+    guessing = math.log(len(set(range(len(tok))) - set(tok.all_special_ids)))
+    losses = agent.teach_copying(model_dir, 20, seed=0, batch=32, lr=3e-3, target=guessing - 0.3, most=600)
+    assert 20 < len(losses) < 600
+    assert agent.warm_up_loss(losses) <= guessing - 0.3 < agent.warm_up_loss(losses[:-1])  # stopped once reached
+    capped = make_tiny(tmp_path / "c", texts, size="tiny", vocab_size=300)
+    assert len(agent.teach_copying(capped, 10, seed=0, batch=8, target=0.0, most=30)) == 30
+    assert len(agent.teach_copying(capped, 10, seed=0, batch=8)) == 10  # no target: exactly `steps`
+
+
+def test_the_warm_up_loss_is_the_mean_of_one_kinds_last_steps():
+    losses = [5.0, 9.0, 3.0, 7.0, 1.0, 6.0]  # repeats on even steps, lists on odd ones
+    assert agent.warm_up_loss(losses) == 3.0 and agent.warm_up_loss(losses, kind=1) == 22 / 3
+    assert agent.warm_up_loss(losses, window=2) == 2.0 and agent.warm_up_loss([]) == math.inf
+
+
 def test_the_list_warm_up_writes_back_the_chosen_items_in_order_then_the_end():
     """Hand-checked: the wrapper around each item of the chosen tag (7), in the list's order, then the end (9)."""
     items = [([10, 11], 7), ([12], 8), ([13], 7), ([14, 15], 8)]
@@ -61,6 +82,7 @@ def test_a_list_row_trains_only_on_what_its_read_part_determines():
 
 def test_the_agent_demo_writes_its_summary_table_and_models(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(agent, "COPY_STEPS", 3)
+    monkeypatch.setattr(agent, "COPY_MAX_STEPS", 5)
     out = tmp_path / "demo_agent"
     assert main(["demo", "agent", f"output_dir={out}", "size=tiny", "sft_examples=48", "sft_steps=4", "sft_batch=8",
                  "sft_check_every=2", "grpo_steps=2", "prompts_per_step=2", "num_generations=2", "eval_problems=6",
@@ -72,6 +94,9 @@ def test_the_agent_demo_writes_its_summary_table_and_models(tmp_path, capsys, mo
     assert "beta: 0.0" in grpo_config
     assert summary["grpo_steps"] == 2 and 0.0 <= summary["sft_success"] <= 1 and 0.0 <= summary["grpo_success"] <= 1
     assert summary["eval_problems"] == 6 and len(summary["gain_points_ci95"]) == 2
+    assert summary["copying_steps"] == 5 and not summary["copying_learned"]  # 5 steps teach no copying
+    printed = capsys.readouterr().out
+    assert "WARNING: the copying warm-up did not learn to copy in 5 steps" in printed and "aha dashboard" in printed
     assert summary["sampled_episodes_per_task"] == 4 and summary["sampled_temperature"] == 0.7
     assert 0.0 <= summary["sft_sampled_success"] <= 1 and len(summary["sampled_gain_points_ci95"]) == 2
     assert set(summary["greedy_success_by_family"]) <= set(FAMILIES)
@@ -82,7 +107,6 @@ def test_the_agent_demo_writes_its_summary_table_and_models(tmp_path, capsys, mo
     groups = [json.loads(line) for line in (out / "grpo" / "groups.jsonl").read_text().splitlines()] if (
         out / "grpo" / "groups.jsonl").exists() else []
     assert all("turns" in c for g in groups for c in g["completions"])
-    assert "aha dashboard" in capsys.readouterr().out
     again = tmp_path / "again"  # GRPO again from that cold start: no SFT step, greedy only, with a KL penalty
     assert main(["demo", "agent", f"output_dir={again}", f"sft_model={out / 'sft' / 'model'}", "size=tiny",
                  "sft_examples=48", "grpo_steps=1", "prompts_per_step=2", "num_generations=2", "eval_problems=6",

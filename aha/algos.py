@@ -637,6 +637,16 @@ def entropy_bonus(entropy: Tensor, mask: Tensor, kept: Tensor, num_tokens: int) 
     return share * (entropy * kept).sum() / kept.sum().clamp(min=1)
 
 
+def positive_nll(logp: Tensor, mask: Tensor, positive: Tensor, num_tokens: int) -> Tensor:
+    """This pass's part of an optimizer step's mean negative log-likelihood over its positive episodes' tokens, the
+    term of loss + positive_nll_coef x NLL (VAPO's positive-example LM loss, arXiv 2504.05118): -sum(logp x mask)
+    over the positive rows, over `num_tokens`, the step's positive tokens (so a step's passes add up to its mean).
+    logp, mask [n,T]; positive [n] bool. Example: positive rows of log-probs [-1, -3] and [-2] in passes of a 3-token
+    step -> 4/3 + 2/3 = 2."""
+    assert logp.shape == mask.shape and logp.dim() == 2 and positive.shape == logp.shape[:1], (logp.shape, positive.shape)
+    return -(logp * mask * positive.to(logp.dtype).unsqueeze(-1)).sum() / max(num_tokens, 1)
+
+
 def adaptive_entropy_coef(coef: float, entropy: float, target: float, delta: float, low: float, high: float) -> float:
     """Adaptive entropy control (Skywork-OR1, arXiv 2505.22312), as TRL: after each optimizer step the coefficient
     rises by `delta` when that step's entropy is at or below `target` and falls by it otherwise, kept in [low, high].

@@ -123,6 +123,8 @@ class LossSums:
     mismatch_max: float = 0.0  # their largest |log pi - log mu| (a max, not a sum)
     is_corrected: float = 0.0  # tokens whose weight vllm_importance_sampling_correction truncated or masked
     seq_masked: float = 0.0    # tokens off_policy_mask_threshold dropped
+    positive_tokens: float = 0.0  # model tokens of positive episodes (positive_nll_coef)
+    positive_nll: float = 0.0     # their token sum of -log pi
 
     MAXIMA = ("is_max", "mismatch_max")
     """Fields that are maxima: added by max, and across ranks by a MAX reduction."""

@@ -338,6 +338,16 @@ class GRPOConfig(TrainConfig):
     entropy_target: float = 0.2
     """Adaptive control's target H in nats (TRL's default 0.2 acts only on a near-collapsed entropy: set it near the
     `entropy/policy_tokens` a run logs early on)."""
+    positive_nll_coef: float = 0.0
+    """VAPO's positive-example LM loss (arXiv 2504.05118, which uses 0.1): the loss becomes loss + positive_nll_coef x
+    NLL, NLL the mean negative log-likelihood of the model tokens of the batch's positive episodes (reward at least
+    positive_reward), a plain token mean whatever the loss_type. It keeps learning from successes whatever their
+    group's spread: a group whose episodes all succeed carries advantage 0, so without it only the KL term holds
+    that behaviour while other groups move the tokens it shares with them. Logged as positive/nll and
+    positive/frac (the share of episodes counted positive)."""
+    positive_reward: float = 1.0
+    """The least reward (the weighted sum over reward functions) of an episode positive_nll_coef trains on: 1.0, a
+    verifier's pass."""
     reward_fail_steps: int = 3
     """Stop the run when one reward function has raised or timed out on this many consecutive steps (0: never)."""
     reward_timeout: float = 300.0
@@ -503,8 +513,8 @@ class GRPOConfig(TrainConfig):
         require_all(self, {
             **{k: (math.isfinite, "a finite number") for k in (
                 "entropy_coef", "entropy_coef_min", "entropy_coef_max", "entropy_target", "vespo_k_pos", "vespo_k_neg",
-                "vespo_lambda_pos", "vespo_lambda_neg")},
-            "entropy_coef_delta": (finite(non_negative), ">= 0"),
+                "vespo_lambda_pos", "vespo_lambda_neg", "positive_reward")},
+            **{k: (finite(non_negative), ">= 0") for k in ("entropy_coef_delta", "positive_nll_coef")},
             "sapo_temperature_pos": (finite(positive), "> 0"),
             "sapo_temperature_neg": (finite(positive), "> 0")})
         self._check_behaviour_weights()

@@ -126,10 +126,12 @@ class Learner:
         ref = self.frozen_logprobs(batch, reference=True) if a.beta > 0 else None
         clock.mark("reference")
         trainable = keep & (n_tok > 0)                                               # [N]
+        positive = (batch.rewards >= a.positive_reward) & trainable if a.positive_nll_coef else torch.zeros_like(trainable)
         if a.skip_zero_advantage and a.beta == 0 and a.top_entropy_quantile >= 1.0 and not self.entropy_on:
-            trainable &= torch.tensor([bool(t.any()) for t in batch.token_advantages], dtype=torch.bool)
+            trainable &= torch.tensor([bool(t.any()) for t in batch.token_advantages], dtype=torch.bool) | positive
             # such sequences add exactly 0 to loss and gradient (the entropy quantile is taken over a pass's
-            # tokens, so it needs them all; an entropy bonus has a gradient on every token)
+            # tokens, so it needs them all; an entropy bonus has a gradient on every token; a positive
+            # episode's NLL has one too)
         order_key = self._order_key(batch)
         reduce = self._all_reduce if self.world > 1 else None
         sums, grad_norms, skipped, loss_tokens, control = LossSums(), [], 0, 0, []
@@ -139,6 +141,7 @@ class Learner:
             for s in range(0, N, mb):
                 part = order[s:s + mb]
                 denom, every = self._denominators(batch, part, n_tok, trainable, order_key)
+                nll = (positive, int(n_tok[part][positive[part]].sum()))  # the step's positive tokens: its NLL's count
                 coef = algos.applied_entropy_coef(self.entropy_coef, a.use_adaptive_entropy, self.last_entropy,
                                                   a.entropy_target)
                 groups = self.micro_batches(batch, self._part(every, batch.group_size, self.rank))  # little padding
@@ -147,7 +150,7 @@ class Learner:
                              for r in range(self.world)) if self.sharded else len(groups)
                 minibatch = LossSums()
                 for m in range(passes):
-                    minibatch = minibatch + (self._micro_step(batch, groups[m], keep, old, ref, denom, coef)
+                    minibatch = minibatch + (self._micro_step(batch, groups[m], keep, old, ref, denom, coef, nll)
                                              if m < len(groups) else self._idle_step(batch, every[0]))
                 clock.mark("policy")
                 norm = optimizer_step(a, self.model, self.optimizer, self.scheduler, minibatch.loss, reduce)
@@ -161,6 +164,9 @@ class Learner:
         self.version += 1
         self.sync_reference()
         sums, metrics = self._metrics(self._gather(sums), grad_norms, skipped, trainable, ref is not None, loss_tokens)
+        if a.positive_nll_coef:
+            metrics.update({"positive/nll": sums.positive_nll / sums.positive_tokens if sums.positive_tokens
+                            else math.nan, "positive/frac": positive.float().mean().item()})
         chosen = {"perf/pass_tokens": float(self.passes.tokens), "perf/share_prompts": float(self.passes.share)}
         entropy = {k: sum(c[k] for c in control) / len(control) for k in control[0]} if control else {}
         return sums, {**metrics, **clock.metrics(), **chosen, **entropy}
@@ -294,8 +300,10 @@ class Learner:
         return out
 
     def _micro_step(self, batch: GRPOBatch, ids: list[int], keep: Tensor, old: list[Tensor] | None,
-                    ref: list[Tensor] | None, denom: dict, entropy_coef: float) -> LossSums:
-        """Forward, loss and backward for the sequences `ids`; returns their token sums."""
+                    ref: list[Tensor] | None, denom: dict, entropy_coef: float,
+                    nll: tuple[Tensor, int]) -> LossSums:
+        """Forward, loss and backward for the sequences `ids`; returns their token sums. `nll`: which of the batch's
+        sequences are positive [N] and the minibatch's positive tokens (positive_nll_coef's term)."""
         a = self.args
         p, comps = [batch.prompt_ids[i] for i in ids], [batch.completion_ids[i] for i in ids]
         logp, mask, ent = self._logprobs(self.model, p, comps, with_entropy=True)    # [n,T]
@@ -336,11 +344,17 @@ class Learner:
         if self.entropy_on:  # loss - coef x H, H the mean entropy of the tokens the policy loss uses
             loss = loss - entropy_coef * algos.entropy_bonus(ent, mask, kept, denom["num_tokens"])
             self._window = [self._window[0] + float((ent.detach() * kept).sum()), self._window[1] + float(kept.sum())]
+        pos = LossSums()
+        if a.positive_nll_coef:  # loss + coef x NLL over the positive episodes' tokens
+            rows = nll[0][ids].to(logp.device)                                       # [n]
+            loss = loss + a.positive_nll_coef * algos.positive_nll(logp, mask, rows, nll[1])
+            pos = LossSums(positive_tokens=float((mask * rows.unsqueeze(-1)).sum()),
+                           positive_nll=float(-(logp.detach() * mask * rows.unsqueeze(-1)).sum()))
         if self.recorder is not None and self.recorder.wants(self.version + 1):  # groups.jsonl: this update's values
             self.recorder.capture(ids, [len(c) for c in comps], logp, loss_tok, clip, kl, mask,
                                   lambda t: algos.aggregate(kind.aggregation, t, mask, **denom))
         loss.backward()
-        return off + LossSums(loss=float(loss.detach()), tokens=float(mask.sum()), kl=kl_sum,
+        return off + pos + LossSums(loss=float(loss.detach()), tokens=float(mask.sum()), kl=kl_sum,
                               entropy=float((ent.detach() * mask).sum()), clip_low=float((clip["clip/low"] * mask).sum()),
                               clip_high=float((clip["clip/high"] * mask).sum()),
                               processed=sum(map(len, {tuple(q) for q in p} if self.passes.share else p))

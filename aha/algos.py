@@ -643,7 +643,8 @@ def positive_nll(logp: Tensor, mask: Tensor, positive: Tensor, num_tokens: int) 
     over the positive rows, over `num_tokens`, the step's positive tokens (so a step's passes add up to its mean).
     logp, mask [n,T]; positive [n] bool. Example: positive rows of log-probs [-1, -3] and [-2] in passes of a 3-token
     step -> 4/3 + 2/3 = 2."""
-    assert logp.shape == mask.shape and logp.dim() == 2 and positive.shape == logp.shape[:1], (logp.shape, positive.shape)
+    assert logp.shape == mask.shape and logp.dim() == 2, (logp.shape, mask.shape)
+    assert positive.shape == logp.shape[:1], (positive.shape, logp.shape)
     return -(logp * mask * positive.to(logp.dtype).unsqueeze(-1)).sum() / max(num_tokens, 1)
 
 

@@ -29,6 +29,7 @@ ARMS = {
     "dynamic_sampling": ['grpo_config={"dynamic_sampling": true}'],
     "entropy_control": ['grpo_config={"use_adaptive_entropy": true, "entropy_target": 0.07}'],
     "progress": ['grpo_config={"reward_funcs": ["progress"], "reward_weights": [1.0]}'],
+    "positive_nll": ['grpo_config={"positive_nll_coef": 0.1}'],
     "steps120": ["grpo_steps=120"],
     "until30": ["sft_steps=1000", "sft_check_every=50", "sft_target=0.3"],
 }
@@ -37,7 +38,7 @@ pool without copy and mkdir tasks, as the demo's was before every family reached
 GRPOConfig settings over the demo's; until30 changes the cold start, SFT until dev success reaches 30% checked every
 50 steps, as the demo did before its 100-step cold start, so it runs first in its own --arms list and builds its
 own; entropy_control: Skywork-OR1's adaptive entropy bonus held at 0.07 nats a token, the entropy the demo's GRPO
-logs over its first steps)."""
+logs over its first steps; positive_nll: VAPO's positive-example LM loss at its paper's 0.1)."""
 
 
 def command(seed: int, arm: str, out: Path, first: str, threads: int) -> list[str]:

@@ -341,10 +341,11 @@ class GRPOConfig(TrainConfig):
     positive_nll_coef: float = 0.0
     """VAPO's positive-example LM loss (arXiv 2504.05118, which uses 0.1): the loss becomes loss + positive_nll_coef x
     NLL, NLL the mean negative log-likelihood of the model tokens of the batch's positive episodes (reward at least
-    positive_reward), a plain token mean whatever the loss_type. It keeps learning from successes whatever their
-    group's spread: a group whose episodes all succeed carries advantage 0, so without it only the KL term holds
-    that behaviour while other groups move the tokens it shares with them. Logged as positive/nll and
-    positive/frac (the share of episodes counted positive)."""
+    positive_reward; log-probs at the sampling temperature, as the policy loss's), a plain token mean whatever the
+    loss_type. It keeps learning from successes whatever their group's spread: a group whose episodes all succeed
+    carries advantage 0, so without it only the KL term holds that behaviour while other groups move the tokens it
+    shares with them. Logged as positive/nll and positive/frac (the share of episodes counted positive). On the agent
+    demo it raised sampled success, not greedy (BENCHMARKS.md)."""
     positive_reward: float = 1.0
     """The least reward (the weighted sum over reward functions) of an episode positive_nll_coef trains on: 1.0, a
     verifier's pass."""

@@ -126,7 +126,7 @@ class Learner:
         ref = self.frozen_logprobs(batch, reference=True) if a.beta > 0 else None
         clock.mark("reference")
         trainable = keep & (n_tok > 0)                                               # [N]
-        positive = (batch.rewards >= a.positive_reward) & trainable if a.positive_nll_coef else torch.zeros_like(trainable)
+        positive = trainable & (batch.rewards >= a.positive_reward) if a.positive_nll_coef else trainable & False  # [N]
         if a.skip_zero_advantage and a.beta == 0 and a.top_entropy_quantile >= 1.0 and not self.entropy_on:
             trainable &= torch.tensor([bool(t.any()) for t in batch.token_advantages], dtype=torch.bool) | positive
             # such sequences add exactly 0 to loss and gradient (the entropy quantile is taken over a pass's
@@ -348,17 +348,18 @@ class Learner:
         if a.positive_nll_coef:  # loss + coef x NLL over the positive episodes' tokens
             rows = nll[0][ids].to(logp.device)                                       # [n]
             loss = loss + a.positive_nll_coef * algos.positive_nll(logp, mask, rows, nll[1])
-            pos = LossSums(positive_tokens=float((mask * rows.unsqueeze(-1)).sum()),
-                           positive_nll=float(-(logp.detach() * mask * rows.unsqueeze(-1)).sum()))
+            on = mask * rows.unsqueeze(-1)                                           # [n,T] positive tokens
+            pos = LossSums(positive_tokens=float(on.sum()), positive_nll=float(-(logp.detach() * on).sum()))
         if self.recorder is not None and self.recorder.wants(self.version + 1):  # groups.jsonl: this update's values
             self.recorder.capture(ids, [len(c) for c in comps], logp, loss_tok, clip, kl, mask,
                                   lambda t: algos.aggregate(kind.aggregation, t, mask, **denom))
         loss.backward()
-        return off + pos + LossSums(loss=float(loss.detach()), tokens=float(mask.sum()), kl=kl_sum,
-                              entropy=float((ent.detach() * mask).sum()), clip_low=float((clip["clip/low"] * mask).sum()),
-                              clip_high=float((clip["clip/high"] * mask).sum()),
-                              processed=sum(map(len, {tuple(q) for q in p} if self.passes.share else p))
-                              + sum(map(len, comps)))
+        return pos + off + LossSums(loss=float(loss.detach()), tokens=float(mask.sum()), kl=kl_sum,
+                                    entropy=float((ent.detach() * mask).sum()),
+                                    clip_low=float((clip["clip/low"] * mask).sum()),
+                                    clip_high=float((clip["clip/high"] * mask).sum()),
+                                    processed=sum(map(len, {tuple(q) for q in p} if self.passes.share else p))
+                                    + sum(map(len, comps)))
 
     def _behaviour(self, behav: Tensor | None, prox: Tensor, mask: Tensor, stale: Tensor
                    ) -> tuple[Tensor | None, LossSums]:

@@ -129,9 +129,8 @@ class Learner:
         positive = trainable & (batch.rewards >= a.positive_reward) if a.positive_nll_coef else trainable & False  # [N]
         if a.skip_zero_advantage and a.beta == 0 and a.top_entropy_quantile >= 1.0 and not self.entropy_on:
             trainable &= torch.tensor([bool(t.any()) for t in batch.token_advantages], dtype=torch.bool) | positive
-            # such sequences add exactly 0 to loss and gradient (the entropy quantile is taken over a pass's
-            # tokens, so it needs them all; an entropy bonus has a gradient on every token; a positive
-            # episode's NLL has one too)
+            # such sequences add exactly 0 to loss and gradient (the entropy quantile is taken over a pass's tokens,
+            # so it needs them all; an entropy bonus, or a positive episode's NLL, has a gradient on every token)
         order_key = self._order_key(batch)
         reduce = self._all_reduce if self.world > 1 else None
         sums, grad_norms, skipped, loss_tokens, control = LossSums(), [], 0, 0, []
@@ -163,10 +162,8 @@ class Learner:
                     loss_tokens += denom["num_tokens"]
         self.version += 1
         self.sync_reference()
-        sums, metrics = self._metrics(self._gather(sums), grad_norms, skipped, trainable, ref is not None, loss_tokens)
-        if a.positive_nll_coef:
-            metrics.update({"positive/nll": sums.positive_nll / sums.positive_tokens if sums.positive_tokens
-                            else math.nan, "positive/frac": positive.float().mean().item()})
+        sums, metrics = self._metrics(self._gather(sums), grad_norms, skipped, trainable, ref is not None, loss_tokens,
+                                      positive)
         chosen = {"perf/pass_tokens": float(self.passes.tokens), "perf/share_prompts": float(self.passes.share)}
         entropy = {k: sum(c[k] for c in control) / len(control) for k in control[0]} if control else {}
         return sums, {**metrics, **clock.metrics(), **chosen, **entropy}
@@ -237,9 +234,11 @@ class Learner:
         return out + [cur] if cur else out
 
     def _metrics(self, sums: LossSums, grad_norms: list[float], skipped: int, trainable: Tensor,
-                 with_kl: bool, loss_tokens: int) -> tuple[LossSums, dict[str, float]]:
+                 with_kl: bool, loss_tokens: int, positive: Tensor) -> tuple[LossSums, dict[str, float]]:
         """Token means: clip/* over every completion token in the loss (a skipped sequence's advantage is 0, so
-        none of its tokens is clipped), as TRL counts them; entropy, kl and offpolicy/* over the tokens trained on."""
+        none of its tokens is clipped), as TRL counts them; entropy, kl and offpolicy/* over the tokens trained on;
+        with positive_nll_coef, positive/nll over the positive episodes' tokens and positive/frac, their share of the
+        batch's episodes (`positive` [N])."""
         steps, per_token = len(grad_norms), sums.tokens or math.nan  # nothing trained: NaN, not 0
         in_loss = loss_tokens if sums.tokens else math.nan  # nothing trained: no update to describe
         metrics = {"loss": sums.loss / steps if steps else math.nan, "entropy": sums.entropy / per_token,
@@ -262,6 +261,9 @@ class Learner:
             metrics["mismatch/corrected_frac"] = sums.is_corrected / per_token
         if self.args.off_policy_mask_threshold is not None:
             metrics["offpolicy/seq_masked_frac"] = sums.seq_masked / per_token
+        if self.args.positive_nll_coef:
+            metrics.update({"positive/nll": sums.positive_nll / sums.positive_tokens if sums.positive_tokens
+                            else math.nan, "positive/frac": positive.float().mean().item()})
         return sums, metrics
 
     def _idle_step(self, batch: GRPOBatch, i: int) -> LossSums:
@@ -344,12 +346,7 @@ class Learner:
         if self.entropy_on:  # loss - coef x H, H the mean entropy of the tokens the policy loss uses
             loss = loss - entropy_coef * algos.entropy_bonus(ent, mask, kept, denom["num_tokens"])
             self._window = [self._window[0] + float((ent.detach() * kept).sum()), self._window[1] + float(kept.sum())]
-        pos = LossSums()
-        if a.positive_nll_coef:  # loss + coef x NLL over the positive episodes' tokens
-            rows = nll[0][ids].to(logp.device)                                       # [n]
-            loss = loss + a.positive_nll_coef * algos.positive_nll(logp, mask, rows, nll[1])
-            on = mask * rows.unsqueeze(-1)                                           # [n,T] positive tokens
-            pos = LossSums(positive_tokens=float(on.sum()), positive_nll=float(-(logp.detach() * on).sum()))
+        loss, pos = self._positive_term(loss, logp, mask, nll[0][ids], nll[1])
         if self.recorder is not None and self.recorder.wants(self.version + 1):  # groups.jsonl: this update's values
             self.recorder.capture(ids, [len(c) for c in comps], logp, loss_tok, clip, kl, mask,
                                   lambda t: algos.aggregate(kind.aggregation, t, mask, **denom))
@@ -360,6 +357,18 @@ class Learner:
                                     clip_high=float((clip["clip/high"] * mask).sum()),
                                     processed=sum(map(len, {tuple(q) for q in p} if self.passes.share else p))
                                     + sum(map(len, comps)))
+
+    def _positive_term(self, loss: Tensor, logp: Tensor, mask: Tensor, rows: Tensor, tokens: int
+                       ) -> tuple[Tensor, LossSums]:
+        """loss + positive_nll_coef x this pass's part of the NLL over the positive rows' tokens (`rows` [n] bool,
+        `tokens` the minibatch's positive tokens), and their sums; the loss unchanged when the coefficient is 0."""
+        coef = self.args.positive_nll_coef
+        if not coef:
+            return loss, LossSums()
+        rows = rows.to(logp.device)                                                   # [n]
+        on = mask * rows.unsqueeze(-1)                                                # [n,T] positive tokens
+        return (loss + coef * algos.positive_nll(logp, mask, rows, tokens),
+                LossSums(positive_tokens=float(on.sum()), positive_nll=float(-(logp.detach() * on).sum())))
 
     def _behaviour(self, behav: Tensor | None, prox: Tensor, mask: Tensor, stale: Tensor
                    ) -> tuple[Tensor | None, LossSums]:

@@ -31,6 +31,12 @@ ARMS = {
     "progress": ['grpo_config={"reward_funcs": ["progress"], "reward_weights": [1.0]}'],
     "positive_nll": ['grpo_config={"positive_nll_coef": 0.1}'],
     "steps120": ["grpo_steps=120"],
+    "batch8": ["prompts_per_step=8", "grpo_steps=120"],
+    "mu2": ['grpo_config={"num_iterations": 2}'],
+    "loss_grpo": ['grpo_config={"loss_type": "grpo"}'],
+    "lr25": ["grpo_lr=2.5e-4"],
+    "lr10": ["grpo_lr=1e-4"],
+    "forking": ['grpo_config={"top_entropy_quantile": 0.2}'],
     "until30": ["sft_steps=1000", "sft_check_every=50", "sft_target=0.3"],
 }
 """Arm name -> its `aha demo agent` settings beyond the demo's own (balanced: the demo as it ships; before: GRPO's
@@ -38,7 +44,11 @@ pool without copy and mkdir tasks, as the demo's was before every family reached
 GRPOConfig settings over the demo's; until30 changes the cold start, SFT until dev success reaches 30% checked every
 50 steps, as the demo did before its 100-step cold start, so it runs first in its own --arms list and builds its
 own; entropy_control: Skywork-OR1's adaptive entropy bonus held at 0.07 nats a token, the entropy the demo's GRPO
-logs over its first steps; positive_nll: VAPO's positive-example LM loss at its paper's 0.1)."""
+logs over its first steps; positive_nll: VAPO's positive-example LM loss at its paper's 0.1; batch8: the demo's
+episodes in twice the updates, 120 steps of 8 tasks; mu2: two clipped updates on each step's episodes, TRL's
+num_iterations; loss_grpo: each episode's tokens averaged on their own, so a long failed episode weighs as much as a
+short success, not more; lr25, lr10: half and a fifth of the demo's GRPO rate; forking: the loss on each step's 20% highest-entropy tokens
+only, arXiv 2506.01939)."""
 
 
 def command(seed: int, arm: str, out: Path, first: str, threads: int) -> list[str]:

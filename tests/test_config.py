@@ -1,4 +1,4 @@
-"""Config parsing, CLI help and every bad-input error the issue lists."""
+"""Config parsing, CLI help and the errors bad input gets."""
 
 import dataclasses
 

@@ -47,8 +47,8 @@ own; entropy_control: Skywork-OR1's adaptive entropy bonus held at 0.07 nats a t
 logs over its first steps; positive_nll: VAPO's positive-example LM loss at its paper's 0.1; batch8: the demo's
 episodes in twice the updates, 120 steps of 8 tasks; mu2: two clipped updates on each step's episodes, TRL's
 num_iterations; loss_grpo: each episode's tokens averaged on their own, so a long failed episode weighs as much as a
-short success, not more; lr25, lr10: half and a fifth of the demo's GRPO rate; forking: the loss on each step's 20% highest-entropy tokens
-only, arXiv 2506.01939)."""
+short success, not more; lr25, lr10: half and a fifth of the demo's GRPO rate; forking: the loss on each step's 20%
+highest-entropy tokens only, arXiv 2506.01939)."""
 
 
 def command(seed: int, arm: str, out: Path, first: str, threads: int) -> list[str]:

@@ -188,8 +188,11 @@ def test_skipping_zero_advantage_sequences_changes_nothing(tiny_dir, tmp_path, q
         runs.append((params(t.model), m))
     (a, ma), (b, mb) = runs
     assert ma["train/trained_frac"] == (1.0 if quantile < 1 else 0.5) and mb["train/trained_frac"] == 1.0
-    for n in a:
-        torch.testing.assert_close(a[n], b[n], rtol=0, atol=1e-6)
+    # the loss and its gradient's norm, which Adam's normalised step would not show a scaling error in
+    assert (ma["loss"], ma["grad_norm"]) == pytest.approx((mb["loss"], mb["grad_norm"]), rel=1e-5)
+    for n in a:  # the skipped rows change the products' shapes, so their sums round differently; Adam divides the
+        # near-cancelled gradients by their own size: 1.4e-5 apart on an AMD Zen 5, of steps of about lr = 1e-2
+        torch.testing.assert_close(a[n], b[n], rtol=0, atol=1e-4)
     assert ma["clip/low"] + ma["clip/high"] > 0  # something clipped, and counted over the same tokens
     assert (ma["clip/low"], ma["clip/high"]) == pytest.approx((mb["clip/low"], mb["clip/high"]), rel=1e-6)
 

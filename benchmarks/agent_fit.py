@@ -31,12 +31,11 @@ def main() -> None:
     from aha.config import DemoConfig
     from aha.demo import agent
     from aha.envs.filesystem import make_tasks
-    from aha.models import load_model, load_tokenizer
     out, skip = Path(a.out), agent.DEFAULTS["sft_examples"] + agent.DEV_TASKS  # the demo's GRPO pool
     pool = make_tasks("train", skip + 12 * a.tasks, a.seed)[skip:]
     rows = [r for r in pool if r["family"] in ("delete_logs", "move_txt")][:a.tasks]
     cfg = DemoConfig(variant="agent", seed=a.seed, threads=a.threads, grpo_steps=a.steps, prompts_per_step=a.tasks,
-                     grpo_lr=a.lr, progress_bar=False, eval_every=10, output_dir=str(out))
+                     grpo_lr=a.lr, progress_bar=False, eval_every=10, held_out_samples=0, output_dir=str(out))
     fitted = agent.train_grpo(cfg, out, Path(a.cold_start), rows * a.steps, rows)
     metrics = [json.loads(line) for line in open(out / "grpo" / "metrics.jsonl")]
     print("greedy success on the fitted tasks by step:",
@@ -44,11 +43,11 @@ def main() -> None:
     print("episode reward by step:", " ".join(f"{m['reward/FilesystemEnv/mean']:.2f}" for m in metrics
                                               if "reward/FilesystemEnv/mean" in m))
     test = make_tasks("test", 200, a.seed)
-    families = [r["family"] for r in test]
     for name, d in (("cold start", a.cold_start), ("fitted", fitted)):
-        s = agent.success(load_model(str(d)), load_tokenizer(str(d)), test)
+        r = agent.held_out(Path(d), test, cfg)  # greedy only (held_out_samples=0), as the demo scores it
+        s = r["greedy"]
         print(f"held-out greedy, {name}: {sum(s) / len(s):.1%}; " + ", ".join(
-            f"{f} {agent.mean_of(s, families, f):.0%}" for f in sorted(set(families))))
+            f"{f} {agent.mean_of(s, r['family'], f):.0%}" for f in sorted(set(r["family"]))))
 
 
 if __name__ == "__main__":

@@ -30,11 +30,16 @@ def native_bf16(device: str | None = None) -> bool:
         return torch.cuda.is_bf16_supported()
     if os.environ.get("ATEN_CPU_CAPABILITY", "").lower() in ("default", "avx2", "avx"):
         return False
+    return any(flag in cpu_flags() for flag in BF16_CPU_FLAGS)
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags from /proc/cpuinfo (none where it cannot be read)."""
     try:
-        flags = Path("/proc/cpuinfo").read_text().split()
+        return frozenset(Path("/proc/cpuinfo").read_text().split())
     except OSError:
-        return False
-    return any(flag in flags for flag in BF16_CPU_FLAGS)
+        return frozenset()
 
 
 def attention_kernels(device) -> contextlib.AbstractContextManager:

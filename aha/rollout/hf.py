@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from ..models.load import attention_kernels, cache_arg, context_length
+from ..models.load import attention_kernels, cache_arg, context_length, cpu_flags
 from .base import GroupCallback, Rollout, SamplingParams, TurnCallback
 
 CACHE_CHUNK = 128
@@ -80,12 +80,11 @@ LAYER_CACHE_TYPES = ("llama", "qwen2", "qwen3", "mistral")
 def decode_attention(query: Tensor, key: Tensor, value: Tensor, bias: Tensor, scaling: float) -> Tensor:
     """One query token against a contiguous cache: softmax(q k^T * scaling + bias) v, autocast off. query [m,H,1,D],
     key/value [m,Hkv,S,D] (a group of H/Hkv query heads shares one key/value head), bias [m,1,1,S]; returns
-    [m,1,H*D] in the query's dtype. A float32 cache: `batched_attention`. A bfloat16 cache: PyTorch's SDPA, 1.05-3.8x
-    as fast as the batched products on machine E (whose bf16 `bmm` copies the transposed keys) and nearer a float32
-    reference (BENCHMARKS.md, "Decode attention in bfloat16")."""
+    [m,1,H*D] in the query's dtype. A float32 cache: `batched_attention`. A bfloat16 cache: PyTorch's SDPA on a CPU
+    with AMX (`sdpa_decodes_bf16`), else the batched products too (BENCHMARKS.md, "Decode attention in bfloat16")."""
     m, H, _, D = query.shape
     with torch.autocast(query.device.type, enabled=False):
-        if key.dtype != torch.bfloat16:
+        if key.dtype != torch.bfloat16 or not sdpa_decodes_bf16():
             return batched_attention(query.to(key.dtype), key, value, bias, scaling).to(query.dtype)
         out = torch.nn.functional.scaled_dot_product_attention(
             query.to(key.dtype), key, value, attn_mask=bias.to(key.dtype), scale=scaling, enable_gqa=H != key.shape[1])
@@ -104,6 +103,14 @@ def batched_attention(query: Tensor, key: Tensor, value: Tensor, bias: Tensor, s
     scores.mul_(scaling).view(m, Hkv, H // Hkv, S).add_(bias)
     out = torch.bmm(scores.softmax(-1).to(value.dtype), value.reshape(m * Hkv, S, D))   # [m*Hkv,g,D]
     return out.view(m, 1, H * D)
+
+
+def sdpa_decodes_bf16() -> bool:
+    """Does PyTorch's SDPA attend one bf16 query faster than two batched products on this CPU? On machine E (Intel,
+    AMX) it did at every shape measured (1.05-3.8x; there a bf16 `bmm` copies the transposed keys); on machine F (AMD
+    Zen 5: AVX512-BF16, no AMX) it was 2-16x slower at every shape (benchmarks/decode_attention.py). So: where the
+    CPU has AMX."""
+    return "amx_bf16" in cpu_flags()
 
 
 def onednn_bf16() -> bool:

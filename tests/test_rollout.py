@@ -268,11 +268,14 @@ def test_layer_cache_memory_follows_the_filled_length_not_the_budget(tok):
     assert caps == {64: L + 64, 4096: L + engine_module.CACHE_CHUNK}
 
 
-def test_cpu_autocast_decodes_from_a_bf16_cache_with_bf16_products(tok):
+@pytest.mark.parametrize("amx", [True, False])
+def test_cpu_autocast_decodes_from_a_bf16_cache_with_bf16_products(tok, amx, monkeypatch):
     """Under bf16 autocast on CPU the layer cache holds bf16 keys and values (what autocast's attention reads in
     the trainer) and its prepacked products are bf16, as autocast's Linear; greedy tokens equal a full recompute
     under the same autocast up to the first tie of two logits in bf16 (with ATen and oneDNN at AVX2, the first
-    prompt's fifth token is one: 6.094 and 6.094)."""
+    prompt's fifth token is one: 6.094 and 6.094). Both decode attentions: SDPA (a CPU with AMX) and the batched
+    products over the whole buffers, whose unwritten columns are zeros."""
+    monkeypatch.setattr(engine_module, "cpu_flags", lambda: frozenset({"avx512_bf16"} | ({"amx_bf16"} if amx else set())))
     model = model_of(tok, "llama")
     mask = torch.ones(2, 3, dtype=torch.long)
     with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -286,6 +289,13 @@ def test_cpu_autocast_decodes_from_a_bf16_cache_with_bf16_products(tok):
         products = 0
     assert len(cache.packed) == products and {p[2] for p in cache.packed.values()} <= {torch.bfloat16}
     assert plain.packed == {}  # float32 weights this small multiply faster unpacked
+    assert cache.whole is not amx and plain.whole is False
+    if not amx:
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            cache.forward(torch.tensor([[1, 2, 3], [4, 5, 6]]), torch.arange(3).expand(2, 3))  # prefill
+            step = cache.forward(torch.tensor([[5], [6]]), torch.tensor([[3], [3]]))         # decode, whole buffers
+        assert cache.end == 4 < cache.k[0].shape[2] and bool(step.isfinite().all())
+        assert all(bool((x[:, :, cache.end:] == 0).all()) for x in cache.k + cache.v)
     assert [ids[:len(w)] for ids, w in zip(got.completion_ids, (w for w in want for _ in range(2)))] == \
         [w for w in want for _ in range(2)]
     assert sum(map(len, want)) >= T, want  # most tokens compared, not a vacuous prefix
@@ -294,7 +304,7 @@ def test_cpu_autocast_decodes_from_a_bf16_cache_with_bf16_products(tok):
 @pytest.mark.parametrize("flags", [{"avx512_bf16", "amx_bf16"}, {"avx512_bf16"}])
 def test_bf16_decode_attention_takes_the_kernel_measured_faster_on_the_cpu(flags, monkeypatch):
     """A bf16 cache's decode token attends through PyTorch's SDPA on a CPU with AMX and through the batched products
-    elsewhere (`sdpa_decodes_bf16`: SDPA was 1.05-3.8x as fast on an Intel CPU with AMX, 2-16x slower on an AMD Zen 5
+    elsewhere (`sdpa_decodes_bf16`: SDPA was 1.05-3.8x as fast on an Intel CPU with AMX, 2.5-18x slower on an AMD Zen 5
     without it); either within bf16 rounding of a float32 SDPA, the masked columns unread."""
     monkeypatch.setattr(engine_module, "cpu_flags", lambda: frozenset(flags))
     g = torch.Generator().manual_seed(0)
@@ -448,7 +458,7 @@ def test_bf16_decoding_on_a_cpu_without_onednn_bf16_products():
                                                 "test_cpu_autocast_decodes_from_a_bf16_cache_with_bf16_products")]
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-o", "addopts=", "-p", "no:cacheprovider", *tests,
                           "-k", "True or bf16"], env=env, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0 and "\n5 passed" in run.stdout, run.stdout[-3000:] + run.stderr[-2000:]
+    assert run.returncode == 0 and "\n6 passed" in run.stdout, run.stdout[-3000:] + run.stderr[-2000:]
 
 
 def cuda(test):

@@ -108,7 +108,7 @@ def batched_attention(query: Tensor, key: Tensor, value: Tensor, bias: Tensor, s
 def sdpa_decodes_bf16() -> bool:
     """Does PyTorch's SDPA attend one bf16 query faster than two batched products on this CPU? On machine E (Intel,
     AMX) it did at every shape measured (1.05-3.8x; there a bf16 `bmm` copies the transposed keys); on machine F (AMD
-    Zen 5: AVX512-BF16, no AMX) it was 2-16x slower at every shape (benchmarks/decode_attention.py). So: where the
+    Zen 5: AVX512-BF16, no AMX) it was 2.5-18x slower at every shape (benchmarks/decode_attention.py). So: where the
     CPU has AMX."""
     return "amx_bf16" in cpu_flags()
 
@@ -246,6 +246,10 @@ class LayerCache:
         kv = torch.get_autocast_dtype("cpu") if autocast and param.is_floating_point() else param.dtype
         self.k = [param.new_empty(shape, dtype=kv) for _ in self.decoder.layers]
         self.v = [param.new_empty(shape, dtype=kv) for _ in self.decoder.layers]
+        self.whole = self.cpu_kernels and kv == torch.bfloat16 and not sdpa_decodes_bf16()
+        """A decode step attends over the whole buffers, their unwritten columns zeros and masked: a bf16 `bmm`
+        copies a slice of them first (AMD Zen 5, 16 rows x 313 of 441 columns: 774 us against 134 over the whole
+        buffer), a float32 one does not."""
         self.end = 0                                                             # filled columns
         self.blocked = torch.finfo(param.dtype).min
         self.bias = torch.empty((P, cap), dtype=param.dtype, device=mask.device)  # [m,cap] additive key mask
@@ -354,6 +358,8 @@ class LayerCache:
         """Attention of q [m,H,q,D] over this cache, the new keys and values k, v [m,Hkv,q,D] written in: [m,q,H*D]."""
         k, v = self.update(k, v, layer)
         if self.cpu_kernels and q.shape[2] == 1:
+            if self.whole:
+                k, v, bias = self.k[layer], self.v[layer], self.bias[:, None, None]
             return decode_attention(q, k, v, bias, attn.scaling)
         out, _ = self.attend(attn, q, k, v, bias, dropout=0.0, scaling=attn.scaling)
         return out.reshape(*out.shape[:2], -1)
@@ -419,8 +425,12 @@ class LayerCache:
         self._clear_tail(end)
 
     def _clear_tail(self, start: int) -> None:
-        """Columns from `start` on are unwritten: masked (attention reads only the filled ones)."""
+        """Columns from `start` on are unwritten: masked (attention reads only the filled ones), and zeros where a
+        decode step reads them (`whole`; 0 x NaN is NaN)."""
         self.bias[:, start:] = self.blocked
+        if self.whole:
+            for x in self.k + self.v:
+                x[:, :, start:].zero_()
 
 
 class Cohorts(LayerCache):

@@ -228,6 +228,8 @@ class LayerCache:
     fixed_rows = False
     """True where finished rows must stay in the batch (their outputs are ignored)."""
     admits_rows = True
+    zero_tail = False
+    """True where every decode step reads the unwritten columns (GraphCache's static step): they are kept zeros."""
 
     def __init__(self, model, mask: Tensor, max_new_tokens: int, chunk: int = CACHE_CHUNK,
                  packed: dict | None = None):
@@ -426,9 +428,9 @@ class LayerCache:
 
     def _clear_tail(self, start: int) -> None:
         """Columns from `start` on are unwritten: masked (attention reads only the filled ones), and zeros where a
-        decode step reads them (`whole`; 0 x NaN is NaN)."""
+        decode step reads them (`whole`, `zero_tail`; 0 x NaN is NaN)."""
         self.bias[:, start:] = self.blocked
-        if self.whole:
+        if self.whole or self.zero_tail:
             for x in self.k + self.v:
                 x[:, :, start:].zero_()
 
@@ -510,6 +512,7 @@ class GraphCache(LayerCache):
 
     fixed_rows = True
     admits_rows = False  # static shapes
+    zero_tail = True     # the static step attends over unwritten columns too: masked, and zeros, not NaN
     MIN_BUCKET = 128
 
     def __init__(self, model, mask: Tensor, max_new_tokens: int, capture: bool = True, packed: dict | None = None):
@@ -519,12 +522,6 @@ class GraphCache(LayerCache):
         self.pool = None                     # one memory pool shared by the graphs
         self.column = None                   # [1] long: the column a decode step writes
         self.bucket = 0                      # columns the step being run attends over
-
-    def _clear_tail(self, start: int) -> None:
-        """The static step attends over unwritten columns too: masked, and zeros, not NaN (0 x NaN is NaN)."""
-        super()._clear_tail(start)
-        for x in self.k + self.v:
-            x[:, :, start:].zero_()
 
     def update(self, k: Tensor, v: Tensor, layer: int, *args, **kwargs) -> tuple[Tensor, Tensor]:
         if self.column is None:  # prefill: as LayerCache
